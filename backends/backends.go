@@ -1,0 +1,73 @@
+// Package backends holds the contract between the gateway's call pipeline and
+// the tools it runs, in the manner of database/sql/driver: the pipeline owns
+// authentication, policy, evidence and error mapping; a Tool owns validation,
+// normalization, enforcement against the decision's grants and execution.
+package backends
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/portcullis/portcullis/wire"
+)
+
+// Tool is one callable tool (Exec, fs.read, ...).
+type Tool interface {
+	// Name is the wire name, e.g. "Exec".
+	Name() string
+	// Description is shown to models in GET /v1/tools.
+	Description() string
+	// Parameters is the JSON Schema of the tool's input.
+	Parameters() json.RawMessage
+	// Prepare validates and normalizes input. Bad input returns a *wire.Error
+	// with code invalid_input (or too_large) naming the field at fault.
+	Prepare(ctx context.Context, input json.RawMessage) (Call, error)
+}
+
+// Call is one validated, normalized request, ready for policy and enforcement.
+type Call interface {
+	// Args is the caller's input as decoded: policy input.args.
+	Args() map[string]any
+	// Resolved holds the gateway's normalized facts: policy input.resolved.
+	Resolved() map[string]any
+	// Enforce holds the concrete request against the decision's grants and
+	// returns the enforced scope, or a *wire.Error (fs_denied,
+	// network_denied, sandbox_violation, invalid_input ...).
+	Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error)
+	// Run executes the call within scope. It never returns an error: every
+	// failure is a ToolOutput with success false and a contract error code.
+	Run(ctx context.Context, scope wire.Scope) Result
+}
+
+// Result is a finished call: what the caller gets and what evidence records.
+type Result struct {
+	Output       wire.ToolOutput
+	Status       string // wire.Status* (succeeded, failed, timed_out, error)
+	ExitCode     *int
+	OutputSHA256 string // SHA-256 hex over the tool's data as returned
+	Backend      string // what really ran the call: "process", "bwrap", ...
+	// Network attributes proxied connections to the call (nil: none).
+	Network *wire.NetworkStats
+}
+
+// Dispatcher runs a tool call on behalf of the call that is running now: the
+// same principal, through the whole pipeline (decision, enforcement, receipt
+// with parent_receipt_id), exactly as if the agent had made it. Tools that
+// run code (code.run) reach other tools only through it.
+type Dispatcher interface {
+	Dispatch(ctx context.Context, tool string, input json.RawMessage) (status int, resp wire.ToolCallResponse)
+}
+
+type dispatcherKey struct{}
+
+// WithDispatcher gives a running call the way back into the pipeline.
+func WithDispatcher(ctx context.Context, d Dispatcher) context.Context {
+	return context.WithValue(ctx, dispatcherKey{}, d)
+}
+
+// DispatcherFrom returns the running call's dispatcher, if the pipeline set
+// one.
+func DispatcherFrom(ctx context.Context) (Dispatcher, bool) {
+	d, ok := ctx.Value(dispatcherKey{}).(Dispatcher)
+	return d, ok
+}

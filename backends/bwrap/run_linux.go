@@ -1,0 +1,345 @@
+package bwrap
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/portcullis/portcullis/backends/cgroup"
+	"github.com/portcullis/portcullis/backends/process"
+	"github.com/portcullis/portcullis/backends/sandbox"
+	"github.com/portcullis/portcullis/wire"
+)
+
+// New returns a Runner. It never fails: a missing bwrap, or a kernel
+// without user namespaces, shows at Probe (and at every Run, which then
+// returns an error rather than run the program unconfined).
+func New(opts Options) *Runner {
+	r := &Runner{log: opts.Logger, opts: opts}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	r.bwrap = opts.BwrapPath
+	if r.bwrap == "" {
+		r.bwrap = "/usr/bin/bwrap"
+		if _, err := os.Stat(r.bwrap); err != nil {
+			if p, err := exec.LookPath("bwrap"); err == nil {
+				r.bwrap = p
+			}
+		}
+	}
+	if r.opts.PidsMax == 0 {
+		r.opts.PidsMax = 1024
+	}
+	if len(r.opts.Profile.SkipScan) == 0 {
+		r.opts.Profile.SkipScan = []string{"/usr", "/etc", "/opt", "/var/lib", "/nix"}
+	}
+	r.proc = process.New(process.Options{Logger: r.log, HelperPath: opts.HelperPath})
+	r.layout = detectLayout()
+	if r.opts.PidsMax > 0 {
+		cg, err := cgroup.FindParent()
+		if err != nil {
+			r.log.Warn("bwrap: no pids cgroup; a fork bomb is bounded only by the timeout and the pid namespace", "error", err)
+		}
+		r.cgroups = cg
+	}
+	return r
+}
+
+// Run executes spec inside bubblewrap. The error is for a run that could not
+// start or whose sandbox could not be set up (the program never ran); it
+// wraps sandbox.ErrUnsafePath when a grant or deny path is unsafe to mount.
+func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	prof, err := sandbox.BuildProfile(spec, r.opts.Profile)
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
+	}
+	if len(spec.Argv) == 0 {
+		return sandbox.Result{}, errors.New("bwrap: empty argv")
+	}
+	if _, err := os.Stat(r.bwrap); err != nil {
+		return sandbox.Result{}, fmt.Errorf("bwrap: %s: %w", r.bwrap, err)
+	}
+
+	var files openFiles
+	defer files.closeAll()
+	data := func(b []byte) (*os.File, error) {
+		rd, wr, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("bwrap: pipe: %w", err)
+		}
+		files.add(rd)
+		defer wr.Close()
+		if len(b) > 60<<10 {
+			return nil, errors.New("bwrap: data too large for a pipe")
+		}
+		if _, err := wr.Write(b); err != nil {
+			return nil, fmt.Errorf("bwrap: writing sandbox data: %w", err)
+		}
+		return rd, nil
+	}
+	filter, err := seccompFilter()
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	limits, err := process.Rlimits(spec.Limits)
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
+	}
+	// ExtraFiles become fds 3, 4, ... in this order (Launch.Direct).
+	var extra []*os.File
+	f := fds{seccomp: 3, status: 4, passwd: 5, group: 6, hosts: 7, block: 8}
+	seccompR, err := data(filter)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("bwrap: pipe: %w", err)
+	}
+	files.add(statusR)
+	passwdR, err := data([]byte(passwdData(prof.Home)))
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	groupR, err := data([]byte(groupData))
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	hostsR, err := data([]byte(hostsData))
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	extra = append(extra, seccompR, statusW, passwdR, groupR, hostsR)
+
+	// bwrap's child blocks on --block-fd until the runner has applied the
+	// rlimits to it (prlimit) and moved it into the call's pids cgroup, so
+	// nothing runs unlimited and nothing it forks escapes the cgroup.
+	var cg *cgroup.Call
+	if r.cgroups != nil {
+		cg, err = r.cgroups.NewCall(r.opts.PidsMax)
+		if err != nil && r.opts.RequirePidsLimit {
+			return sandbox.Result{}, err
+		}
+		if err != nil {
+			r.log.WarnContext(ctx, "bwrap: running without a pids cgroup", "error", err)
+		}
+	} else if r.opts.RequirePidsLimit && r.opts.PidsMax > 0 {
+		return sandbox.Result{}, errors.New("bwrap: a pids cgroup is required but none is available")
+	}
+	if cg != nil {
+		// The pid namespace is already torn down when Run returns; the
+		// kernel may still be releasing its tasks, so the empty cgroup is
+		// removed off the call's path (Remove finishes in the background).
+		defer cg.Remove()
+	}
+	blockR, blockW, err := os.Pipe()
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("bwrap: pipe: %w", err)
+	}
+	files.add(blockW)
+	extra = append(extra, blockR)
+
+	env := spec.Env
+	var net *netSandbox
+	switch prof.Network.Posture {
+	case wire.PostureAllowlist:
+		net, err = r.newNetSandbox(ctx, prof.Network.Allow)
+		if err != nil {
+			for _, e := range extra {
+				_ = e.Close()
+			}
+			return sandbox.Result{}, err
+		}
+		defer net.close()
+		env = withEnv(env, proxyEnv())
+		prof.EnvNames = envNames(env)
+	}
+
+	inner := spec
+	inner.Dir = "/"
+	inner.Env = env
+	launch := process.Launch{
+		Argv:       append([]string{r.bwrap}, r.layout.args(prof, f, spec.Argv)...),
+		ExtraFiles: extra,
+		Direct:     true,
+	}
+	if net != nil {
+		launch.OnThread = net.enter
+	}
+
+	st := &statusReader{cg: cg, block: blockW, limits: limits}
+	statusDone := make(chan struct{})
+	go func() {
+		defer close(statusDone)
+		st.read(statusR)
+	}()
+
+	res, runErr := r.proc.RunLaunch(ctx, inner, launch)
+	// bwrap is gone; its status pipe reaches EOF unless a stray holder
+	// keeps it open, which the deadline covers.
+	_ = statusR.SetReadDeadline(time.Now().Add(time.Second))
+	<-statusDone
+	if net != nil {
+		stats := net.finish()
+		res.Network = &stats
+	}
+	if runErr != nil {
+		return sandbox.Result{}, fmt.Errorf("bwrap: %w", runErr)
+	}
+	if err := st.error(); err != nil {
+		return sandbox.Result{}, err
+	}
+	exit, ran := st.exit()
+	switch {
+	case ran:
+		res.ExitCode, res.Signal = exit, nil
+		// bwrap reports a death by signal n as exit status 128+n; it cannot
+		// be told apart from exit(128+n), so like a shell we name the signal.
+		if exit > 128 && exit < 128+32 {
+			if name := unix.SignalName(unix.Signal(exit - 128)); name != "" {
+				res.ExitCode, res.Signal = -1, &name
+			}
+		}
+	case res.TimedOut || res.Canceled:
+		// Stopped by us; the process runner's signal is the honest answer.
+	default:
+		msg := strings.TrimSpace(res.Stderr)
+		r.log.ErrorContext(ctx, "bwrap: the sandbox could not be set up", "argv0", spec.Argv[0], "bwrap_stderr", lastLine(msg))
+		return sandbox.Result{}, fmt.Errorf("bwrap: the sandbox could not be set up or the program could not be executed: %s", lastLine(msg))
+	}
+	res.Profile = &prof
+	return res, nil
+}
+
+func envNames(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		out = append(out, kvName(kv))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func lastLine(s string) string {
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if len(s) > 512 {
+		s = s[:512]
+	}
+	return s
+}
+
+// statusReader follows bwrap's --json-status-fd: the child's pid (to move
+// it into the pids cgroup before releasing --block-fd) and, only when the
+// program was really exec'd, its exit code.
+type statusReader struct {
+	cg     *cgroup.Call
+	block  *os.File
+	limits []process.Rlimit
+
+	mu      sync.Mutex
+	err     error
+	code    int
+	gotExit bool
+}
+
+func (s *statusReader) read(rd io.Reader) {
+	released := false
+	defer func() {
+		if !released {
+			_ = s.block.Close() // only reached when the child never started
+		}
+	}()
+	sc := bufio.NewScanner(rd)
+	for sc.Scan() {
+		var m struct {
+			ChildPID *int `json:"child-pid"`
+			ExitCode *int `json:"exit-code"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			continue
+		}
+		if m.ChildPID != nil && !released {
+			if err := s.release(*m.ChildPID); err != nil {
+				// Fail closed: the child is still held before exec.
+				_ = unix.Kill(*m.ChildPID, unix.SIGKILL)
+				s.setErr(err)
+				continue
+			}
+			released = true
+		}
+		if m.ExitCode != nil {
+			s.mu.Lock()
+			s.code, s.gotExit = *m.ExitCode, true
+			s.mu.Unlock()
+		}
+	}
+}
+
+// release limits the held child, moves it into the cgroup and lets it go.
+func (s *statusReader) release(pid int) error {
+	for _, l := range s.limits {
+		want := unix.Rlimit{Cur: l.Cur, Max: l.Max}
+		if err := unix.Prlimit(pid, l.Resource, &want, nil); err != nil {
+			return fmt.Errorf("bwrap: setting %s on the sandbox: %w", l.Name, err)
+		}
+		var got unix.Rlimit
+		if err := unix.Prlimit(pid, l.Resource, nil, &got); err != nil || got != want {
+			return fmt.Errorf("bwrap: %s on the sandbox is %d:%d, want %d:%d (%v)", l.Name, got.Cur, got.Max, want.Cur, want.Max, err)
+		}
+	}
+	if s.cg != nil {
+		if err := s.cg.Add(pid); err != nil {
+			return err
+		}
+	}
+	if _, err := s.block.Write([]byte{'1'}); err != nil {
+		return fmt.Errorf("bwrap: releasing the sandbox: %w", err)
+	}
+	_ = s.block.Close()
+	return nil
+}
+
+func (s *statusReader) setErr(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+func (s *statusReader) error() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *statusReader) exit() (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.code, s.gotExit
+}
+
+// openFiles closes the runner's own descriptors once, at the end.
+type openFiles struct{ fs []*os.File }
+
+func (o *openFiles) add(f *os.File) { o.fs = append(o.fs, f) }
+func (o *openFiles) closeAll() {
+	for _, f := range o.fs {
+		_ = f.Close()
+	}
+}

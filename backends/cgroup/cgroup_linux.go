@@ -1,0 +1,300 @@
+package cgroup
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// KillTimeout bounds KillAll when its context has no deadline, and the
+// background clean-up of Remove: a task that does not die within it is
+// stuck in the kernel (uninterruptible sleep), and waiting longer would only
+// hold the call.
+const KillTimeout = 2 * time.Second
+
+// FindParent locates a writable pids hierarchy for this process and creates
+// "portcullis" beneath its cgroup. It returns nil, err when there is none
+// (no pids controller, not delegated, read-only cgroupfs).
+func FindParent() (*Parent, error) {
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: reading /proc/self/cgroup: %w", err)
+	}
+	defer f.Close()
+	var v1, v2 string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == "pids" {
+				v1 = parts[2]
+			}
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			v2 = parts[2]
+		}
+	}
+	var candidates []string
+	if v1 != "" {
+		candidates = append(candidates, filepath.Join("/sys/fs/cgroup/pids", v1))
+	}
+	if v2 != "" {
+		for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+			b, err := os.ReadFile(filepath.Join(root, v2, "cgroup.subtree_control"))
+			if err == nil && containsField(string(b), "pids") {
+				candidates = append(candidates, filepath.Join(root, v2))
+			}
+		}
+	}
+	var errs []error
+	for _, c := range candidates {
+		dir := filepath.Join(c, "portcullis")
+		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			errs = append(errs, err)
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, "pids.max")); err != nil {
+			// cgroup v2: the new directory must enable pids for its children.
+			if werr := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+pids"), 0); werr != nil {
+				errs = append(errs, fmt.Errorf("%s: no pids.max and cannot enable pids: %w", dir, werr))
+				continue
+			}
+		}
+		sweepEmpty(dir)
+		return &Parent{dir: dir}, nil
+	}
+	if len(candidates) == 0 {
+		return nil, errors.New("cgroup: no pids cgroup controller for this process")
+	}
+	return nil, fmt.Errorf("cgroup: no writable pids cgroup: %w", errors.Join(errs...))
+}
+
+func containsField(s, want string) bool {
+	for _, f := range strings.Fields(s) {
+		if f == want {
+			return true
+		}
+	}
+	return false
+}
+
+// NewCall creates a call cgroup allowing pidsMax tasks (processes and
+// threads: the kernel counts both).
+func (p *Parent) NewCall(pidsMax int) (*Call, error) {
+	if pidsMax <= 0 {
+		return nil, fmt.Errorf("cgroup: pids.max %d must be positive", pidsMax)
+	}
+	var dir string
+	for attempt := 0; ; attempt++ {
+		dir = filepath.Join(p.dir, callName())
+		err := os.Mkdir(dir, 0o700)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrExist) || attempt == 3 {
+			return nil, fmt.Errorf("cgroup: creating call cgroup: %w", err)
+		}
+	}
+	c := &Call{dir: dir}
+	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(pidsMax)), 0); err != nil {
+		c.Remove()
+		return nil, fmt.Errorf("cgroup: setting pids.max: %w", err)
+	}
+	return c, nil
+}
+
+// callSeq numbers this process' call cgroups.
+var callSeq atomic.Uint64
+
+// callName names a call cgroup uniquely among live gateways (pid and
+// sequence) and, through random bits, among cgroups a previous gateway with
+// the same pid may have left. Not a UUID: this package is linked into the
+// small exec helper, whose start-up is paid on every call, and the uuid
+// package pulls in crypto and net.
+func callName() string {
+	var b [8]byte
+	_, _ = unix.Getrandom(b[:], 0) // best effort: mkdir refuses a clash and NewCall retries
+	return "call-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(callSeq.Add(1), 10) +
+		"-" + strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 16)
+}
+
+// Add moves pid into the cgroup; children it forks afterwards follow.
+func (c *Call) Add(pid int) error {
+	if err := os.WriteFile(c.ProcsPath(), []byte(strconv.Itoa(pid)), 0); err != nil {
+		return fmt.Errorf("cgroup: moving pid %d into %s: %w", pid, c.dir, err)
+	}
+	return nil
+}
+
+// KillAll SIGKILLs every task in the cgroup and repeats until cgroup.procs
+// is empty (an exited task leaves it at once, even before it is reaped), so
+// that a task forked between two passes is caught by the next one. It gives
+// up when ctx is done, or after KillTimeout when ctx has no deadline, and
+// then says how many tasks were left. A cgroup that is already gone counts
+// as empty.
+//
+// cgroup v2's cgroup.kill is used when present: it kills atomically, with
+// forks blocked meanwhile. Otherwise each pid is pinned with a pidfd and
+// signalled only if it is still listed after the pin, so a pid that exited
+// and was reused by an unrelated process between reading cgroup.procs and
+// the kill is never signalled.
+func (c *Call) KillAll(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, KillTimeout)
+		defer cancel()
+	}
+	pause := time.Millisecond
+	for {
+		pids, err := c.pids()
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		if !c.writeKill() {
+			c.killListed(pids)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("cgroup: %d tasks still in %s: %w", len(pids), c.dir, ctx.Err())
+		case <-t.C:
+		}
+		pause = min(2*pause, 20*time.Millisecond)
+	}
+}
+
+// writeKill uses cgroup v2's cgroup.kill; false when there is none.
+func (c *Call) writeKill() bool {
+	f, err := os.OpenFile(filepath.Join(c.dir, "cgroup.kill"), os.O_WRONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	_, err = f.Write([]byte("1"))
+	return err == nil
+}
+
+// killListed kills pids through pidfds opened before a second read of
+// cgroup.procs confirms them (see KillAll).
+func (c *Call) killListed(pids []int) {
+	fds := make(map[int]int, len(pids))
+	defer func() {
+		for _, fd := range fds {
+			_ = unix.Close(fd)
+		}
+	}()
+	for _, pid := range pids {
+		fd, err := unix.PidfdOpen(pid, 0)
+		switch {
+		case err == nil:
+			fds[pid] = fd
+		case errors.Is(err, unix.ENOSYS):
+			// Before Linux 5.3: no pidfds, the plain kill is all there is.
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		// ESRCH: already gone.
+	}
+	still, err := c.pids()
+	if err != nil {
+		return
+	}
+	for _, pid := range still {
+		if fd, ok := fds[pid]; ok {
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		}
+	}
+}
+
+// pids lists the cgroup's processes.
+func (c *Call) pids() ([]int, error) {
+	b, err := os.ReadFile(c.ProcsPath())
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}
+
+// Remove removes the cgroup. When that fails (tasks left, or the kernel
+// still releasing them) it kills what is left and retries in the
+// background for up to KillTimeout, so the caller's path never waits on a
+// slow teardown.
+func (c *Call) Remove() {
+	err := unix.Rmdir(c.dir)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return
+	}
+	go func() {
+		deadline := time.Now().Add(KillTimeout)
+		for {
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			_ = c.KillAll(ctx)
+			cancel()
+			err := unix.Rmdir(c.dir)
+			if err == nil || errors.Is(err, unix.ENOENT) || time.Now().After(deadline) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+}
+
+// Peak returns the highest task count seen (pids.peak), or -1.
+func (c *Call) Peak() int {
+	b, err := os.ReadFile(filepath.Join(c.dir, "pids.peak"))
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// sweepEmpty removes call cgroups left behind by a gateway that exited
+// before removing them. rmdir only succeeds on a cgroup without tasks, and
+// young ones are skipped, so a live call of another runner is never
+// disturbed.
+func sweepEmpty(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "call-") {
+			continue
+		}
+		// A young, empty cgroup may be a call of another runner between
+		// creation and the move of its first task: leave it.
+		if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < time.Minute {
+			continue
+		}
+		_ = unix.Rmdir(filepath.Join(dir, e.Name()))
+	}
+}

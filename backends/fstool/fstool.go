@@ -1,0 +1,402 @@
+// Package fstool holds the file tools fs.list, fs.read, fs.search, fs.write
+// and fs.apply_patch. Paths are absolute or @alias/rel; the policy's fs
+// grants say which directories a call may touch and how.
+//
+// Confinement is the kernel's job, not string prefixes': every file is
+// opened through an os.Root rooted at the grant's real directory, which
+// resolves each component with openat(O_NOFOLLOW) and refuses any symlink
+// leading out, so a link or a rename swapped in after the checks cannot
+// carry a call outside its grant. The string checks done before the policy
+// (Prepare) and against the grants (Enforce) only decide which error the
+// caller gets and what the policy sees.
+package fstool
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/portcullis/portcullis/backends"
+	"github.com/portcullis/portcullis/backends/internal/strictjson"
+	"github.com/portcullis/portcullis/wire"
+)
+
+// Backend is the name evidence records for calls run by these tools.
+const Backend = "fs"
+
+// Wire names of the tools.
+const (
+	NameList   = "fs.list"
+	NameRead   = "fs.read"
+	NameSearch = "fs.search"
+	NameWrite  = "fs.write"
+	NamePatch  = "fs.apply_patch"
+)
+
+// Limits taken from the decision (wire.Limits). Zero means the default;
+// larger values are clamped to the ceiling so a policy typo cannot lift a
+// bound.
+//
+//   - limits.max_output_bytes: most bytes of file content fs.read returns
+//     (default DefaultReadBytes); longer reads are truncated, not refused.
+//   - limits.fsize_bytes: largest file fs.read will hash and scan
+//     (default DefaultReadFileBytes, else read_limit), and largest content
+//     fs.write / fs.apply_patch will write (default DefaultWriteBytes, else
+//     write_limit).
+//   - limits.timeout_s: wall-time budget of one fs.search (default
+//     DefaultSearchTime), after which it returns what it found, truncated.
+const (
+	DefaultReadBytes     = 50 << 10
+	MaxReadBytes         = 4 << 20
+	DefaultReadFileBytes = 64 << 20
+	DefaultWriteBytes    = 100 << 10
+	MaxFileBytes         = 16 << 30
+	DefaultSearchTime    = 5 * time.Second
+	MaxSearchTime        = 60 * time.Second
+)
+
+// SearchBounds bound the work of one fs.search. Zero fields take defaults.
+type SearchBounds struct {
+	MaxFiles     int   // files opened; default 20000
+	MaxBytes     int64 // bytes read over all files; default 64 MiB
+	MaxFileBytes int64 // larger files are skipped; default 2 MiB
+}
+
+func (b SearchBounds) withDefaults() SearchBounds {
+	if b.MaxFiles <= 0 {
+		b.MaxFiles = 20000
+	}
+	if b.MaxBytes <= 0 {
+		b.MaxBytes = 64 << 20
+	}
+	if b.MaxFileBytes <= 0 {
+		b.MaxFileBytes = 2 << 20
+	}
+	return b
+}
+
+// Options configure the tools.
+type Options struct {
+	// Logger receives internal failures (never file contents).
+	// Default: slog.Default().
+	Logger *slog.Logger
+	// Search bounds fs.search beyond what the policy's limits say.
+	Search SearchBounds
+}
+
+// shared is what the five tools have in common.
+type shared struct {
+	log     *slog.Logger
+	search  SearchBounds
+	locks   *pathLocks
+	secrets *homeSecrets
+}
+
+// Tools returns fs.list, fs.read, fs.search, fs.write and fs.apply_patch.
+// They share one write lock table so that ifMatchSha256 preconditions hold
+// between concurrent calls through this gateway.
+func Tools(opts Options) []backends.Tool {
+	s := &shared{log: opts.Logger, search: opts.Search.withDefaults(), locks: newPathLocks(), secrets: newHomeSecrets()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return []backends.Tool{
+		&tool{s: s, name: NameList, desc: listDescription, schema: listSchema, prepare: prepareList},
+		&tool{s: s, name: NameRead, desc: readDescription, schema: readSchema, prepare: prepareRead},
+		&tool{s: s, name: NameSearch, desc: searchDescription, schema: searchSchema, prepare: prepareSearch},
+		&tool{s: s, name: NameWrite, desc: writeDescription, schema: writeSchema, prepare: prepareWrite, write: true},
+		&tool{s: s, name: NamePatch, desc: patchDescription, schema: patchSchema, prepare: preparePatch, write: true},
+	}
+}
+
+// operation is one tool's prepared request.
+type operation interface {
+	// paths are the path arguments, in input order.
+	paths() []*pathRef
+	// run does the work on the enforced targets (same order as paths).
+	run(ctx context.Context, c *call) (any, error)
+}
+
+// argsRedactor is implemented by operations whose input holds file
+// contents: receipts keep sizes and hashes, never contents.
+type argsRedactor interface{ redactArgs(args map[string]any) }
+
+// limitChecker is implemented by operations with limits known before Run.
+type limitChecker interface{ checkLimits(l effectiveLimits) error }
+
+// resolvedExtra adds operation facts to input.resolved.
+type resolvedExtra interface{ resolvedExtra(m map[string]any) }
+
+type tool struct {
+	s       *shared
+	name    string
+	desc    string
+	schema  string
+	write   bool
+	prepare func(obj strictjson.Object) (operation, error)
+}
+
+var _ backends.Tool = (*tool)(nil)
+
+func (t *tool) Name() string                { return t.name }
+func (t *tool) Description() string         { return t.desc }
+func (t *tool) Parameters() json.RawMessage { return json.RawMessage(t.schema) }
+
+// Prepare checks the input strictly and normalizes its paths; absolute
+// paths are resolved to real paths so the policy matches what will really
+// be touched.
+func (t *tool) Prepare(ctx context.Context, input json.RawMessage) (backends.Call, error) {
+	obj, err := strictjson.Decode(input, "input")
+	if err != nil {
+		return nil, err
+	}
+	op, err := t.prepare(obj)
+	if err != nil {
+		return nil, err
+	}
+	args, err := strictjson.Args(input)
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := op.(argsRedactor); ok {
+		r.redactArgs(args)
+	}
+	for _, p := range op.paths() {
+		if p.abs != "" {
+			p.resolveAbs()
+		}
+	}
+	return &call{tool: t, op: op, args: args}, nil
+}
+
+// call is one prepared request.
+type call struct {
+	tool *tool
+	op   operation
+	args map[string]any
+
+	// Set by Enforce.
+	enforced bool
+	targets  []target
+	limits   effectiveLimits
+	deny     denyList
+}
+
+var _ backends.Call = (*call)(nil)
+
+// Args is the caller's input as decoded, with file contents replaced by
+// {"bytes": N, "sha256": "..."}: it is what policy input.args and the
+// receipt hold.
+func (c *call) Args() map[string]any { return c.args }
+
+// Resolved holds, for the first path argument: path (real path for absolute
+// paths; "" for alias paths, which are mapped only after the policy),
+// alias, rel (below the alias), name (base name), and for absolute paths
+// exists, type (file|dir|other) and size; "paths" lists the same facts for
+// every path argument; "write" says whether the tool writes.
+func (c *call) Resolved() map[string]any {
+	ps := c.op.paths()
+	m := map[string]any{}
+	list := make([]any, 0, len(ps))
+	for i, p := range ps {
+		f := p.resolvedFacts()
+		if i == 0 {
+			for k, v := range f {
+				m[k] = v
+			}
+		}
+		list = append(list, f)
+	}
+	m["paths"] = list
+	m["write"] = c.tool.write
+	if x, ok := c.op.(resolvedExtra); ok {
+		x.resolvedExtra(m)
+	}
+	return m
+}
+
+// effectiveLimits are the decision's limits as these tools apply them.
+type effectiveLimits struct {
+	readBytes     int
+	readFileBytes int64
+	writeBytes    int64
+	searchTime    time.Duration
+}
+
+func limitsFrom(p wire.Limits) (effectiveLimits, error) {
+	if p.TimeoutS < 0 || p.FsizeBytes < 0 || p.MaxOutputBytes < 0 {
+		return effectiveLimits{}, wire.Errorf(wire.CodeInternal, "the policy returned a negative limit; limits must be zero (default) or positive")
+	}
+	l := effectiveLimits{readBytes: DefaultReadBytes, readFileBytes: DefaultReadFileBytes, writeBytes: DefaultWriteBytes, searchTime: DefaultSearchTime}
+	if p.MaxOutputBytes > 0 {
+		l.readBytes = min(p.MaxOutputBytes, MaxReadBytes)
+	}
+	if p.FsizeBytes > 0 {
+		l.readFileBytes = min(p.FsizeBytes, MaxFileBytes)
+		l.writeBytes = min(p.FsizeBytes, MaxFileBytes)
+	}
+	if p.TimeoutS > 0 {
+		l.searchTime = min(time.Duration(p.TimeoutS)*time.Second, MaxSearchTime)
+	}
+	return l, nil
+}
+
+// Enforce maps every path to the grant it falls in (see enforcePath for the
+// error codes) and returns the scope: the grants the call touches, network
+// off, the limits applied.
+func (c *call) Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error) {
+	l, err := limitsFrom(d.Limits)
+	if err != nil {
+		return wire.Scope{}, err
+	}
+	grants := resolveGrants(d.FSGrants)
+	deny := newDenyList(d.FSDeny, c.tool.s.secrets.get())
+	targets := make([]target, 0, len(c.op.paths()))
+	used := []wire.FSGrant{}
+	for _, p := range c.op.paths() {
+		t, err := enforcePath(p, grants, c.tool.write)
+		if err != nil {
+			return wire.Scope{}, err
+		}
+		if err := deny.check(t); err != nil {
+			return wire.Scope{}, err
+		}
+		targets = append(targets, t)
+		g := wire.FSGrant{Path: t.grant.real, Mode: t.grant.Mode, Alias: t.grant.Alias}
+		if !slices.Contains(used, g) {
+			used = append(used, g)
+		}
+	}
+	if lc, ok := c.op.(limitChecker); ok {
+		if err := lc.checkLimits(l); err != nil {
+			return wire.Scope{}, err
+		}
+	}
+	c.targets, c.limits, c.enforced, c.deny = targets, l, true, deny
+	scope := wire.Scope{
+		FSGrants: used,
+		Network:  wire.Network{Posture: wire.PostureOff, Allow: []string{}},
+		EnvNames: []string{},
+		Limits: wire.Limits{
+			MaxOutputBytes: l.readBytes,
+			FsizeBytes:     l.writeBytes,
+		},
+		Backend: Backend,
+		FSDeny:  deny.paths,
+	}
+	switch c.tool.name {
+	case NameRead:
+		scope.Limits.FsizeBytes = l.readFileBytes
+	case NameSearch:
+		scope.Limits.TimeoutS = int(l.searchTime / time.Second)
+	}
+	return scope, nil
+}
+
+// Run performs the operation. Every failure is a ToolOutput with a contract
+// error code: status failed for refusals the caller can fix, error for the
+// gateway's own faults.
+func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
+	start := time.Now()
+	var data any
+	var err error
+	if !c.enforced {
+		err = wire.Errorf(wire.CodeInternal, "%s was run before its scope was enforced", c.tool.name)
+	} else {
+		data, err = c.op.run(ctx, c)
+	}
+	ms := time.Since(start).Milliseconds()
+	res := backends.Result{
+		Output:  wire.ToolOutput{Metadata: map[string]any{"backend": Backend, "duration_ms": ms}},
+		Backend: Backend,
+	}
+	if err != nil {
+		we, ok := err.(*wire.Error)
+		if !ok {
+			c.tool.s.log.ErrorContext(ctx, "fstool: internal failure", "tool", c.tool.name, "error", err)
+			we = wire.Errorf(wire.CodeInternal, "%s failed inside the gateway; nothing was changed", c.tool.name)
+		}
+		if we.Details == nil {
+			we.Details = map[string]any{}
+		}
+		res.Output.Error = we
+		res.Status = wire.StatusFailed
+		if we.Code == wire.CodeInternal {
+			res.Status = wire.StatusError
+		}
+		return res
+	}
+	b, merr := json.Marshal(data)
+	if merr != nil {
+		res.Output.Error = wire.Errorf(wire.CodeInternal, "encoding the output: %v", merr)
+		res.Status = wire.StatusError
+		return res
+	}
+	sum := sha256.Sum256(b)
+	res.Output.Success = true
+	res.Output.Data = json.RawMessage(b)
+	res.Status = wire.StatusSucceeded
+	res.OutputSHA256 = hex.EncodeToString(sum[:])
+	return res
+}
+
+// pathLocks serialize writers of one real path inside this gateway, so a
+// precondition checked under the lock still holds at the rename. Writers
+// outside the gateway are not covered; the rename is atomic regardless.
+type pathLocks struct {
+	mu    sync.Mutex
+	locks map[string]*pathLock
+}
+
+type pathLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func newPathLocks() *pathLocks { return &pathLocks{locks: map[string]*pathLock{}} }
+
+// lock takes the locks of paths in sorted order (no deadlock between two
+// multi-file patches) and returns the function releasing them.
+func (l *pathLocks) lock(paths []string) func() {
+	paths = slices.Clone(paths)
+	slices.Sort(paths)
+	paths = slices.Compact(paths)
+	held := make([]*pathLock, 0, len(paths))
+	for _, p := range paths {
+		l.mu.Lock()
+		pl := l.locks[p]
+		if pl == nil {
+			pl = &pathLock{}
+			l.locks[p] = pl
+		}
+		pl.refs++
+		l.mu.Unlock()
+		pl.mu.Lock()
+		held = append(held, pl)
+	}
+	return func() {
+		for i, pl := range held {
+			pl.mu.Unlock()
+			l.mu.Lock()
+			pl.refs--
+			if pl.refs == 0 {
+				delete(l.locks, paths[i])
+			}
+			l.mu.Unlock()
+		}
+	}
+}
+
+// hexSum formats a SHA-256.
+func hexSum(b []byte) string { return hex.EncodeToString(b) }
+
+// contentFacts is what receipts keep of a file body: size and hash.
+func contentFacts(s string) map[string]any {
+	sum := sha256.Sum256([]byte(s))
+	return map[string]any{"bytes": len(s), "sha256": hex.EncodeToString(sum[:])}
+}

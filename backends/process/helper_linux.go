@@ -1,0 +1,275 @@
+package process
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The helper protocol. The runner re-executes the gateway binary as
+//
+//	<helper> __portcullis-exec-helper v2 <procs> <cpu> <fsize> <nofile> <as> -- <argv0> <args...>
+//
+// with the child's complete environment and the status pipe as fd 3. procs
+// is "-" (no call cgroup) or the absolute, clean path of a call cgroup's
+// cgroup.procs, which must be on a cgroup filesystem; the helper writes "0"
+// to it, moving itself into the call cgroup, before anything else, so the
+// target and all it forks are born inside (v1 had no such argument; the
+// version token changed so that a mismatched helper refuses instead of
+// reading the path as a limit). Each limit is "-" (leave as inherited) or
+// "SOFT:HARD" in decimal. The helper joins the cgroup, sets
+// the limits, verifies them, marks fd 3 close-on-exec and execs argv0 directly
+// (no PATH lookup, no shell) with its own environment, which is exactly
+// Spec.Env: the protocol lives only in argv, so nothing leaks into the target's
+// environment. On any failure it writes one line to fd 3 and stderr and exits
+// with HelperExitCode, so the runner never runs a program unlimited. Just
+// before exec it writes "ready\n" to fd 3: a status pipe that closes with
+// nothing but that line is the only outcome the runner treats as started, so
+// a HelperPath that is not a helper, or a helper that died early, fails closed.
+const (
+	helperArg     = "__portcullis-exec-helper"
+	helperVersion = "v2"
+	helperSep     = "--"
+	statusFD      = 3
+	statusReady   = "ready\n"
+	// nLimits is the number of limits, which follow the procs argument.
+	nLimits = 4
+	// procsBase is the only file name the helper accepts as procs.
+	procsBase = "cgroup.procs"
+	// limitsAt is the position of the first limit after the version.
+	limitsAt = 2
+)
+
+// HelperExitCode is the exit status of a helper that refused to start the
+// target (bad protocol, a limit that could not be set, exec failure). The
+// runner does not rely on it alone: the refusal is also written to the
+// status pipe, which is what turns it into a Run error.
+const HelperExitCode = 125
+
+// limitResources lists the rlimits in protocol order. AS comes last so that
+// the helper needs no new memory after the address-space limit is in place
+// until it execs.
+var limitResources = [nLimits]struct {
+	res  int
+	name string
+}{
+	{unix.RLIMIT_CPU, "RLIMIT_CPU"},
+	{unix.RLIMIT_FSIZE, "RLIMIT_FSIZE"},
+	{unix.RLIMIT_NOFILE, "RLIMIT_NOFILE"},
+	{unix.RLIMIT_AS, "RLIMIT_AS"},
+}
+
+// rlimitArg is one limit as the helper receives it.
+type rlimitArg struct {
+	set       bool
+	soft, max uint64
+}
+
+func (a rlimitArg) String() string {
+	if !a.set {
+		return "-"
+	}
+	return strconv.FormatUint(a.soft, 10) + ":" + strconv.FormatUint(a.max, 10)
+}
+
+func parseRlimitArg(s string) (rlimitArg, error) {
+	if s == "-" {
+		return rlimitArg{}, nil
+	}
+	softS, maxS, ok := strings.Cut(s, ":")
+	if !ok {
+		return rlimitArg{}, fmt.Errorf("limit %q: want \"-\" or SOFT:HARD", s)
+	}
+	soft, err := strconv.ParseUint(softS, 10, 64)
+	if err != nil {
+		return rlimitArg{}, fmt.Errorf("limit %q: soft value: %w", s, err)
+	}
+	hard, err := strconv.ParseUint(maxS, 10, 64)
+	if err != nil {
+		return rlimitArg{}, fmt.Errorf("limit %q: hard value: %w", s, err)
+	}
+	if soft > hard {
+		return rlimitArg{}, fmt.Errorf("limit %q: soft above hard", s)
+	}
+	return rlimitArg{set: true, soft: soft, max: hard}, nil
+}
+
+// helperArgs builds the helper's argv (without the helper path itself);
+// procs is a call cgroup's cgroup.procs or "-".
+func helperArgs(procs string, limits [nLimits]rlimitArg, argv []string) []string {
+	args := make([]string, 0, 5+nLimits+len(argv))
+	args = append(args, "portcullis-exec-helper", helperArg, helperVersion, procs)
+	for _, l := range limits {
+		args = append(args, l.String())
+	}
+	args = append(args, helperSep)
+	return append(args, argv...)
+}
+
+// MaybeRunHelper turns this process into the exec helper when it was started
+// as one, and returns immediately otherwise. main() and every TestMain of a
+// package that uses the Runner call it first thing, before flags are parsed
+// or anything else starts: the helper must do nothing but set limits and
+// exec.
+func MaybeRunHelper() {
+	if len(os.Args) < 2 || os.Args[1] != helperArg {
+		return
+	}
+	os.Exit(runHelper(os.Args[2:]))
+}
+
+// runHelper applies the limits and execs the target; it returns only on
+// failure, with the exit code to use.
+func runHelper(args []string) int {
+	status := statusWriter()
+	fail := func(format string, a ...any) int {
+		msg := "portcullis-exec-helper: " + fmt.Sprintf(format, a...) + "\n"
+		if status != nil {
+			_, _ = status.Write([]byte(msg))
+		}
+		_, _ = os.Stderr.WriteString(msg)
+		return HelperExitCode
+	}
+	if status == nil {
+		return fail("status fd %d is not open: refusing to run outside the process runner", statusFD)
+	}
+	if len(args) < limitsAt+nLimits+2 {
+		return fail("want %s PROCS|- SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+	}
+	if args[0] != helperVersion {
+		return fail("protocol version %q, want %q", args[0], helperVersion)
+	}
+	if args[limitsAt+nLimits] != helperSep {
+		return fail("argument %d is %q, want %q", limitsAt+nLimits, args[limitsAt+nLimits], helperSep)
+	}
+	procs := args[1]
+	if procs != "-" && (!filepath.IsAbs(procs) || filepath.Clean(procs) != procs || filepath.Base(procs) != procsBase) {
+		return fail("cgroup: %q is not \"-\" or a clean absolute path to %s", procs, procsBase)
+	}
+	var limits [nLimits]rlimitArg
+	for i := range nLimits {
+		l, err := parseRlimitArg(args[limitsAt+i])
+		if err != nil {
+			return fail("%s: %v", limitResources[i].name, err)
+		}
+		limits[i] = l
+	}
+	argv := args[limitsAt+nLimits+1:]
+	if !filepath.IsAbs(argv[0]) {
+		return fail("argv[0] %q is not an absolute path", argv[0])
+	}
+	// Join first: before the limits (RLIMIT_NOFILE could leave no fd to
+	// open procs with) and long before the exec, so the target never runs
+	// outside the call cgroup. A failed join is a refusal, not a warning:
+	// the runner would otherwise believe the target contained.
+	if procs != "-" {
+		if err := joinCgroup(procs); err != nil {
+			return fail("cgroup: joining %s: %v", procs, err)
+		}
+	}
+	// Everything exec needs is built now: once RLIMIT_AS is in place the
+	// runtime may be unable to map more memory (its address-space
+	// reservations already count), so nothing after it may allocate.
+	debug.SetGCPercent(-1)
+	argv0p, err := unix.BytePtrFromString(argv[0])
+	if err != nil {
+		return fail("argv[0]: %v", err)
+	}
+	argvp, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return fail("argv: %v", err)
+	}
+	envvp, err := syscall.SlicePtrFromStrings(os.Environ())
+	if err != nil {
+		return fail("environment: %v", err)
+	}
+	ready := []byte(statusReady)
+	execFailed := make([]byte, 0, 1024)
+	execFailed = append(execFailed, "portcullis-exec-helper: exec "...)
+	execFailed = append(execFailed, argv[0][:min(len(argv[0]), 512)]...)
+	execFailed = append(execFailed, ": "...)
+
+	for i, l := range limits {
+		if !l.set {
+			continue
+		}
+		r := limitResources[i]
+		want := unix.Rlimit{Cur: l.soft, Max: l.max}
+		if err := unix.Setrlimit(r.res, &want); err != nil {
+			return fail("setrlimit %s to %s: %v", r.name, l, err)
+		}
+		var got unix.Rlimit
+		if err := unix.Getrlimit(r.res, &got); err != nil {
+			return fail("getrlimit %s: %v", r.name, err)
+		}
+		if got != want {
+			return fail("%s is %d:%d after setting %s", r.name, got.Cur, got.Max, l)
+		}
+	}
+	// The target must not inherit the status pipe; without it the runner
+	// could not tell a refusal from a start.
+	if _, err := unix.FcntlInt(statusFD, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+		return fail("close-on-exec on status fd: %v", err)
+	}
+	// The handshake tells the runner a real helper set the limits; a
+	// failed exec appends its reason after it.
+	if _, err := unix.Write(statusFD, ready); err != nil {
+		return fail("writing status: %v", err)
+	}
+	// A raw execve, not syscall.Exec, which allocates its argument arrays
+	// after the limits are set. SlicePtrFromStrings ends each array with nil.
+	_, _, errno := unix.RawSyscall(unix.SYS_EXECVE,
+		uintptr(unsafe.Pointer(argv0p)),
+		uintptr(unsafe.Pointer(&argvp[0])),
+		uintptr(unsafe.Pointer(&envvp[0])))
+	runtime.KeepAlive(argv0p)
+	runtime.KeepAlive(argvp)
+	runtime.KeepAlive(envvp)
+	execFailed = append(execFailed, errno.Error()...) // errno strings are static: no allocation
+	execFailed = append(execFailed, '\n')
+	_, _ = unix.Write(statusFD, execFailed)
+	_, _ = unix.Write(2, execFailed)
+	return HelperExitCode
+}
+
+// joinCgroup moves this process (all its threads) into the cgroup whose
+// cgroup.procs is procs. It checks that procs is on a cgroup filesystem, so
+// that a stray regular file of that name cannot pass for a join.
+func joinCgroup(procs string) error {
+	fd, err := unix.Open(procs, unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return err
+	}
+	if fs.Type != unix.CGROUP_SUPER_MAGIC && fs.Type != unix.CGROUP2_SUPER_MAGIC {
+		return fmt.Errorf("not on a cgroup filesystem (type %#x)", fs.Type)
+	}
+	if _, err := unix.Write(fd, []byte("0")); err != nil {
+		return err
+	}
+	return nil
+}
+
+// statusWriter returns fd 3 when it is an open pipe, nil otherwise.
+func statusWriter() *os.File {
+	if _, err := unix.FcntlInt(statusFD, unix.F_GETFD, 0); err != nil {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(statusFD, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return nil
+	}
+	return os.NewFile(statusFD, "portcullis-exec-status")
+}

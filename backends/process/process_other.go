@@ -1,0 +1,28 @@
+//go:build !linux
+
+package process
+
+import (
+	"context"
+	"errors"
+
+	"github.com/portcullis/portcullis/backends/sandbox"
+)
+
+// HelperExitCode is the exit status of a helper that refused to start the
+// target; the helper exists only on Linux.
+const HelperExitCode = 125
+
+// MaybeRunHelper does nothing outside Linux: there is no helper mode.
+func MaybeRunHelper() {}
+
+// Run refuses outside Linux: the runner's group and rlimit handling is
+// Linux-specific, and running without it would not be fail-closed.
+func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	return sandbox.Result{}, errors.New("process: runner is only supported on linux")
+}
+
+// RunLaunch refuses outside Linux, like Run.
+func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sandbox.Result, error) {
+	return sandbox.Result{}, errors.New("process: runner is only supported on linux")
+}

@@ -1,0 +1,510 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/portcullis/portcullis/backends/cgroup"
+	"github.com/portcullis/portcullis/backends/sandbox"
+	"github.com/portcullis/portcullis/wire"
+)
+
+// Run executes spec and reports how it ended. The error is only for a run
+// that could not start at all (bad spec, helper missing, a limit that could
+// not be set, exec refused); the caller maps it to backend_unavailable. A
+// program that exits non-zero, is killed, times out or is stopped because
+// ctx was done is a normal Result.
+func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	return r.RunLaunch(ctx, spec, Launch{})
+}
+
+// RunLaunch is Run with the program wrapped as l describes.
+func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sandbox.Result, error) {
+	extraClosed := false
+	closeExtra := func() {
+		if !extraClosed {
+			extraClosed = true
+			for _, f := range l.ExtraFiles {
+				_ = f.Close()
+			}
+		}
+	}
+	defer closeExtra()
+	if err := checkSpec(spec); err != nil {
+		return sandbox.Result{}, err
+	}
+	target := spec.Argv
+	if len(l.Argv) > 0 {
+		if !filepath.IsAbs(l.Argv[0]) {
+			return sandbox.Result{}, fmt.Errorf("process: launcher %q is not absolute", l.Argv[0])
+		}
+		target = l.Argv
+	}
+	if !filepath.IsAbs(r.helper) {
+		return sandbox.Result{}, fmt.Errorf("process: helper path %q is not absolute", r.helper)
+	}
+	if err := ctx.Err(); err != nil {
+		return sandbox.Result{}, fmt.Errorf("process: not started: %w", err)
+	}
+	limits, err := r.rlimits(spec.Limits)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+
+	// The helper joins the call cgroup before it execs the target, so
+	// nothing the target forks is ever outside it.
+	procs := "-"
+	var cg *cgroup.Call
+	if !l.Direct {
+		cg = r.callCgroup(ctx)
+	}
+	if cg != nil {
+		// Runs after the leader was waited for, which killed everything
+		// in the cgroup first (startAndWait).
+		defer cg.Remove()
+		procs = cg.ProcsPath()
+		// The helper writes to whatever path it is given, as root here:
+		// only ever one of this runner's own call cgroups.
+		if !r.cgParent.Contains(procs) {
+			return sandbox.Result{}, fmt.Errorf("process: call cgroup %q is not under %q", procs, r.cgParent.Dir())
+		}
+	}
+
+	dir := spec.Dir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "portcullis-exec-")
+		if err != nil {
+			return sandbox.Result{}, fmt.Errorf("process: private working directory: %w", err)
+		}
+		defer func() {
+			if err := os.RemoveAll(tmp); err != nil {
+				r.log.WarnContext(ctx, "process: removing private working directory", "dir", tmp, "error", err)
+			}
+		}()
+		dir = tmp
+	}
+
+	var pipes pipeSet
+	defer pipes.closeAll()
+	outR, outW, err := pipes.pipe()
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	errR, errW, err := pipes.pipe()
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	statR, statW, err := pipes.pipe()
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+
+	env := make([]string, 0, len(spec.Env)) // never nil: nil would inherit the gateway's environment
+	env = append(env, spec.Env...)
+	path, args := r.helper, helperArgs(procs, limits, target)
+	files := append([]*os.File{statW}, l.ExtraFiles...)
+	if l.Direct {
+		path, args, files = target[0], target, l.ExtraFiles
+	}
+	cmd := &exec.Cmd{
+		Path:       path,
+		Args:       args,
+		Env:        env,
+		Dir:        dir,
+		Stdout:     outW,
+		Stderr:     errW,
+		ExtraFiles: files,
+		SysProcAttr: &syscall.SysProcAttr{
+			// A new session is a new process group (pgid = pid) without a
+			// controlling terminal, so the whole group can be signalled
+			// and no terminal can be driven from inside.
+			Setsid:    true,
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+
+	g := &group{cg: cg}
+	started := make(chan error, 1)
+	done := make(chan exitInfo, 1)
+	go g.startAndWait(cmd, l.OnThread, started, done)
+	err = <-started
+	closeExtra()
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("process: starting %s: %w", target[0], err)
+	}
+	startedAt := g.startedAt
+	// The child holds its own copies; ours must go so EOF can arrive.
+	pipes.close(outW, errW, statW)
+	if l.Started != nil {
+		l.Started(cmd.Process.Pid)
+	}
+
+	stdout, stderr := newCapBuffer(spec.MaxOutputBytes), newCapBuffer(spec.MaxOutputBytes)
+	var drained sync.WaitGroup
+	drained.Go(func() { drain(outR, stdout) })
+	drained.Go(func() { drain(errR, stderr) })
+
+	var res sandbox.Result
+	timer := time.NewTimer(spec.Timeout)
+	defer timer.Stop()
+	var exit exitInfo
+	select {
+	case exit = <-done:
+	case <-timer.C:
+		res.TimedOut = true
+		exit = g.stop(done)
+	case <-ctx.Done():
+		res.Canceled = true
+		exit = g.stop(done)
+	}
+	res.Duration = exit.at.Sub(startedAt)
+	if exit.killErr != nil {
+		r.log.WarnContext(ctx, "process: tasks left in the call cgroup", "argv0", spec.Argv[0], "error", exit.killErr)
+	}
+
+	// The group is dead; a process that left it may still hold the pipes.
+	drainDone := make(chan struct{})
+	go func() { drained.Wait(); close(drainDone) }()
+	select {
+	case <-drainDone:
+	case <-time.After(drainGrace):
+		pipes.close(outR, errR)
+		<-drainDone
+	}
+
+	if l.Direct {
+		// No helper, no status: nothing else holds statW.
+	} else if msg := readStatus(statR); msg != "" {
+		r.log.ErrorContext(ctx, "process: helper refused to run the program", "argv0", spec.Argv[0], "reason", msg)
+		return sandbox.Result{}, fmt.Errorf("process: helper refused to start %s: %s", spec.Argv[0], msg)
+	}
+	if exit.err != nil && exit.state == nil {
+		return sandbox.Result{}, fmt.Errorf("process: waiting for %s: %w", spec.Argv[0], exit.err)
+	}
+	ws, ok := exit.state.Sys().(syscall.WaitStatus)
+	switch {
+	case !ok:
+		res.ExitCode = exit.state.ExitCode()
+	case ws.Signaled():
+		res.ExitCode = -1
+		name := unix.SignalName(ws.Signal())
+		if name == "" {
+			name = fmt.Sprintf("signal %d", int(ws.Signal()))
+		}
+		res.Signal = &name
+	default:
+		res.ExitCode = ws.ExitStatus()
+	}
+	res.Stdout, res.StdoutTruncated = stdout.text()
+	res.Stderr, res.StderrTruncated = stderr.text()
+	return res, nil
+}
+
+// checkSpec refuses specs a caller should never build.
+func checkSpec(spec sandbox.Spec) error {
+	switch {
+	case len(spec.Argv) == 0:
+		return errors.New("process: empty argv")
+	case !filepath.IsAbs(spec.Argv[0]):
+		return fmt.Errorf("process: argv[0] %q is not absolute", spec.Argv[0])
+	case spec.Timeout <= 0:
+		return fmt.Errorf("process: timeout %v must be positive", spec.Timeout)
+	case spec.MaxOutputBytes <= 0:
+		return fmt.Errorf("process: max output bytes %d must be positive", spec.MaxOutputBytes)
+	case spec.Dir != "" && !filepath.IsAbs(spec.Dir):
+		return fmt.Errorf("process: working directory %q is not absolute", spec.Dir)
+	}
+	l := spec.Limits
+	if l.CPUSeconds < 0 || l.MemoryBytes < 0 || l.FsizeBytes < 0 || l.Nofile < 0 {
+		return fmt.Errorf("process: negative limit in %+v", l)
+	}
+	for i, a := range spec.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("process: argv[%d] contains a NUL byte", i)
+		}
+	}
+	for i, e := range spec.Env {
+		if strings.IndexByte(e, 0) >= 0 || !strings.Contains(e, "=") {
+			return fmt.Errorf("process: env entry %d is not KEY=VALUE without NUL", i)
+		}
+	}
+	return nil
+}
+
+// rlimits turns the spec's limits into helper arguments. A limit above the
+// hard limit this process already has is lowered to it: the child could
+// never get more, and asking would fail.
+func (r *Runner) rlimits(l wire.Limits) ([nLimits]rlimitArg, error) {
+	var out [nLimits]rlimitArg
+	want := [nLimits]int64{int64(l.CPUSeconds), l.FsizeBytes, int64(l.Nofile), l.MemoryBytes}
+	for i, v := range want {
+		if v == 0 {
+			continue
+		}
+		soft, hard := uint64(v), uint64(v)
+		if limitResources[i].res == unix.RLIMIT_CPU {
+			// One second between soft and hard: SIGXCPU first, so the
+			// program is seen to die of its CPU limit, then SIGKILL.
+			hard = soft + 1
+		}
+		if !r.noClamp {
+			var cur unix.Rlimit
+			if err := unix.Getrlimit(limitResources[i].res, &cur); err != nil {
+				return out, fmt.Errorf("process: getrlimit %s: %w", limitResources[i].name, err)
+			}
+			if cur.Max != math.MaxUint64 { // RLIM_INFINITY
+				hard = min(hard, cur.Max)
+				soft = min(soft, hard)
+			}
+		}
+		out[i] = rlimitArg{set: true, soft: soft, max: hard}
+	}
+	return out, nil
+}
+
+// callCgroup returns a new cgroup for one run, or nil when runs go without
+// one: disabled (PidsMax < 0), no pids hierarchy (found out once, at the
+// first run, and logged once), or this call's cgroup could not be made
+// (logged; the run falls back to the process group, as bwrap's runner does
+// without RequirePidsLimit).
+func (r *Runner) callCgroup(ctx context.Context) *cgroup.Call {
+	if r.pidsMax < 0 {
+		return nil
+	}
+	r.cgOnce.Do(func() {
+		p, err := cgroup.FindParent()
+		if err != nil {
+			r.log.Warn("process: no pids cgroup; descendants that leave the process group can outlive a call, and a fork bomb is bounded only by the timeout", "error", err)
+			return
+		}
+		r.cgParent = p
+	})
+	if r.cgParent == nil {
+		return nil
+	}
+	c, err := r.cgParent.NewCall(r.pidsMax)
+	if err != nil {
+		r.log.WarnContext(ctx, "process: running without a call cgroup", "error", err)
+		return nil
+	}
+	if r.testAfterNewCall != nil {
+		r.testAfterNewCall(c)
+	}
+	return c
+}
+
+// exitInfo is how the child's wait ended.
+type exitInfo struct {
+	state *os.ProcessState
+	err   error
+	at    time.Time
+	// killErr says the call cgroup could not be emptied in time.
+	killErr error
+}
+
+// group tracks the child's process group so that it is signalled only while
+// its pgid is still pinned by the unreaped leader, and the call cgroup, if
+// any, that holds every descendant wherever its group or session.
+type group struct {
+	cg     *cgroup.Call
+	mu     sync.Mutex
+	pid    int
+	reaped bool
+	// startedAt is taken on the waiting goroutine before the leader can
+	// be seen to exit, so a run's duration is never negative; read it
+	// only after the start was reported.
+	startedAt time.Time
+}
+
+// startAndWait starts and waits for cmd on one locked OS thread: PDEATHSIG
+// fires when the thread that forked the child exits, so the thread must live
+// exactly as long as the child (golang/go#27505).
+//
+// onThread, when set, prepares the thread (e.g. enters a namespace) before
+// the start; such a thread is tainted and is left locked so that it exits
+// with this goroutine.
+func (g *group) startAndWait(cmd *exec.Cmd, onThread func() error, started chan<- error, done chan<- exitInfo) {
+	runtime.LockOSThread()
+	if onThread == nil {
+		defer runtime.UnlockOSThread()
+	} else if err := onThread(); err != nil {
+		started <- fmt.Errorf("preparing the start thread: %w", err)
+		return
+	}
+	if err := cmd.Start(); err != nil {
+		started <- err
+		return
+	}
+	g.mu.Lock()
+	g.pid = cmd.Process.Pid
+	g.mu.Unlock()
+	g.startedAt = time.Now()
+	started <- nil
+
+	// Wait for the leader's exit without reaping it, so its pid (the pgid)
+	// cannot be reused while the rest of the group is killed.
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, g.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	at := time.Now()
+	g.mu.Lock()
+	_ = unix.Kill(-g.pid, unix.SIGKILL) // background leftovers never outlive the call
+	g.mu.Unlock()
+	// Then whatever left the group. Before the leader is reaped, so that
+	// its pid (the pgid) stays pinned while stop may still signal it.
+	killErr := g.killCgroup()
+	g.mu.Lock()
+	g.reaped = true
+	g.mu.Unlock()
+	err := cmd.Wait()
+	done <- exitInfo{state: cmd.ProcessState, err: err, at: at, killErr: killErr}
+}
+
+// killCgroup SIGKILLs everything in the call cgroup until it is empty,
+// for at most cgroupKillTimeout.
+func (g *group) killCgroup() error {
+	if g.cg == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cgroupKillTimeout)
+	defer cancel()
+	return g.cg.KillAll(ctx)
+}
+
+// signal sends sig to the whole group unless it is already gone.
+func (g *group) signal(sig unix.Signal) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.reaped && g.pid > 0 {
+		_ = unix.Kill(-g.pid, sig)
+	}
+}
+
+// stop ends the run: SIGTERM to the group, TermGrace, then SIGKILL to the
+// group and to everything in the call cgroup.
+func (g *group) stop(done <-chan exitInfo) exitInfo {
+	g.signal(unix.SIGTERM)
+	grace := time.NewTimer(TermGrace)
+	defer grace.Stop()
+	select {
+	case e := <-done:
+		return e
+	case <-grace.C:
+	}
+	g.signal(unix.SIGKILL)
+	_ = g.killCgroup() // startAndWait repeats it once the leader is dead, and reports
+	return <-done
+}
+
+// drain copies r into buf until EOF or until r is closed.
+func drain(r io.Reader, buf *capBuffer) {
+	p := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(p)
+		if n > 0 {
+			_, _ = buf.Write(p[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// readStatus returns the helper's refusal, or "" when it set the limits and
+// exec'd the target.
+func readStatus(f *os.File) string {
+	_ = f.SetReadDeadline(time.Now().Add(statusReadTimeout))
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return "reading helper status: " + err.Error()
+	}
+	switch s := string(b); {
+	case s == statusReady:
+		return ""
+	case s == "":
+		return "the helper exited without reporting (does the helper binary call MaybeRunHelper?)"
+	default:
+		return strings.TrimSpace(strings.TrimPrefix(s, statusReady))
+	}
+}
+
+// pipeSet owns the pipe ends of one run and closes each exactly once.
+type pipeSet struct {
+	mu    sync.Mutex
+	files []*os.File
+}
+
+func (p *pipeSet) pipe() (*os.File, *os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("process: pipe: %w", err)
+	}
+	p.mu.Lock()
+	p.files = append(p.files, r, w)
+	p.mu.Unlock()
+	return r, w, nil
+}
+
+func (p *pipeSet) close(fs ...*os.File) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range fs {
+		for i, have := range p.files {
+			if have == f {
+				_ = f.Close()
+				p.files = append(p.files[:i], p.files[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+func (p *pipeSet) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range p.files {
+		_ = f.Close()
+	}
+	p.files = nil
+}
+
+// Rlimit is one resource limit as Run sets it.
+type Rlimit struct {
+	Resource int
+	Name     string
+	Cur, Max uint64
+}
+
+// Rlimits returns the limits Run would set for l, clamped to this process'
+// hard limits the same way, so a runner that applies them by other means
+// (bwrap: prlimit on a held child) sets exactly the same ones.
+func Rlimits(l wire.Limits) ([]Rlimit, error) {
+	args, err := (&Runner{}).rlimits(l)
+	if err != nil {
+		return nil, err
+	}
+	var out []Rlimit
+	for i, a := range args {
+		if a.set {
+			out = append(out, Rlimit{Resource: limitResources[i].res, Name: limitResources[i].name, Cur: a.soft, Max: a.max})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,286 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/portcullis/portcullis/wire"
+)
+
+// Profile is the OS sandbox one call is given, computed once from the
+// enforced scope and rendered by each confining runner (bwrap argv, macOS
+// SBPL). It is plain data with JSON tags so that evidence can record exactly
+// what the program could see and reach.
+type Profile struct {
+	// ReadOnly and ReadWrite are the granted paths (real, absolute,
+	// parents before children so nested grants override their parent).
+	ReadOnly  []string `json:"read_only"`
+	ReadWrite []string `json:"read_write"`
+	// DenyFiles and DenyDirs are hidden even inside the grants: secrets
+	// of the gateway user's home, .env files, and the policy's fs_deny.
+	DenyFiles []string `json:"deny_files"`
+	DenyDirs  []string `json:"deny_dirs"`
+	// Network is the posture and the allowlist the egress proxy enforces.
+	Network wire.Network `json:"network"`
+	// EnvNames are the names (never values) of the program's environment.
+	EnvNames []string `json:"env_names"`
+	// Home is the private, empty home directory; Workdir the program's
+	// working directory.
+	Home    string      `json:"home"`
+	Workdir string      `json:"workdir"`
+	Limits  wire.Limits `json:"limits"`
+}
+
+// ProfileOptions tune how a Profile is computed.
+type ProfileOptions struct {
+	// UserHome is the gateway user's home, whose credential directories
+	// are hidden when a grant covers them. Default: os.UserHomeDir.
+	UserHome string
+	// EnvScanDepth bounds how deep granted trees are searched for .env
+	// files (1 = the grant's own entries). Default 4.
+	EnvScanDepth int
+	// EnvScanMaxEntries bounds how many entries that search may visit
+	// over all grants; a tree too large to search fails the call rather
+	// than run with secrets possibly exposed. Default 200000.
+	EnvScanMaxEntries int
+	// SkipScan lists trees not searched for .env files (system
+	// directories such as /usr that hold no user secrets and would be
+	// slow to walk).
+	SkipScan []string
+}
+
+// HomeSecrets are the gateway user's credential stores, relative to its
+// home, hidden whenever a grant covers them.
+var HomeSecrets = []string{
+	".ssh", ".aws", ".gnupg", ".config/gcloud", ".azure", ".kube", ".docker",
+	".netrc", ".git-credentials", ".npmrc", ".pypirc", ".config/gh",
+}
+
+// ErrUnsafePath marks a grant or deny path the sandbox refuses to mount:
+// a symlink where a real file or directory must be, "/" as a grant, or a
+// kernel filesystem. Callers map it to sandbox_violation.
+var ErrUnsafePath = errors.New("unsafe path for the sandbox")
+
+// BuildProfile computes the Profile of spec. It refuses (ErrUnsafePath)
+// rather than mount something it cannot vouch for: deny overlays and grants
+// are lstat'ed, never followed, because bwrap would mount over a symlink's
+// target (bubblewrap#390).
+func BuildProfile(spec Spec, opts ProfileOptions) (Profile, error) {
+	if opts.EnvScanDepth <= 0 {
+		opts.EnvScanDepth = 4
+	}
+	if opts.EnvScanMaxEntries <= 0 {
+		opts.EnvScanMaxEntries = 200000
+	}
+	p := Profile{
+		ReadOnly: []string{}, ReadWrite: []string{}, DenyFiles: []string{}, DenyDirs: []string{},
+		Network:  spec.Scope.Network,
+		EnvNames: []string{},
+		Workdir:  spec.Dir,
+		Limits:   spec.Limits,
+	}
+	if p.Network.Posture == "" {
+		p.Network.Posture = wire.PostureOff
+	}
+	if p.Network.Allow == nil {
+		p.Network.Allow = []string{}
+	}
+	switch p.Network.Posture {
+	case wire.PostureOff, wire.PostureAllowlist, wire.PostureFull:
+	default:
+		return Profile{}, fmt.Errorf("sandbox: unknown network posture %q", p.Network.Posture)
+	}
+	for _, kv := range spec.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		p.EnvNames = append(p.EnvNames, k)
+		if k == "HOME" {
+			p.Home = v
+		}
+	}
+	slices.Sort(p.EnvNames)
+	if p.Home != "" && (!filepath.IsAbs(p.Home) || filepath.Clean(p.Home) != p.Home || p.Home == "/") {
+		return Profile{}, fmt.Errorf("sandbox: HOME %q is not a clean absolute directory: %w", p.Home, ErrUnsafePath)
+	}
+
+	grants := slices.Clone(spec.Scope.FSGrants)
+	// Parents first: a nested grant is mounted after, and so over, its parent.
+	slices.SortStableFunc(grants, func(a, b wire.FSGrant) int { return len(a.Path) - len(b.Path) })
+	for _, g := range grants {
+		if err := checkGrant(g.Path); err != nil {
+			return Profile{}, err
+		}
+		switch g.Mode {
+		case wire.ModeRead:
+			p.ReadOnly = append(p.ReadOnly, g.Path)
+		case wire.ModeReadWrite:
+			p.ReadWrite = append(p.ReadWrite, g.Path)
+		default:
+			return Profile{}, fmt.Errorf("sandbox: grant %s has mode %q, want r or rw", g.Path, g.Mode)
+		}
+	}
+	all := append(slices.Clone(p.ReadOnly), p.ReadWrite...)
+	d := denySet{files: map[string]bool{}, dirs: map[string]bool{}}
+
+	home := opts.UserHome
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	if home != "" {
+		if real, err := filepath.EvalSymlinks(home); err == nil {
+			for _, rel := range HomeSecrets {
+				if err := d.add(filepath.Join(real, rel), all); err != nil {
+					return Profile{}, err
+				}
+			}
+		}
+	}
+	for _, path := range spec.Scope.FSDeny {
+		if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+			return Profile{}, fmt.Errorf("sandbox: fs_deny path %q is not clean and absolute: %w", path, ErrUnsafePath)
+		}
+		if err := d.add(path, all); err != nil {
+			return Profile{}, err
+		}
+	}
+	budget := opts.EnvScanMaxEntries
+	for _, root := range all {
+		if slices.ContainsFunc(opts.SkipScan, func(s string) bool { return within(root, s) }) {
+			continue
+		}
+		if err := d.scanEnv(root, opts.EnvScanDepth, &budget, all); err != nil {
+			return Profile{}, err
+		}
+	}
+	p.DenyFiles, p.DenyDirs = d.sorted()
+	return p, nil
+}
+
+// checkGrant refuses grants that cannot be bound safely.
+func checkGrant(path string) error {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return fmt.Errorf("sandbox: grant %q is not clean and absolute: %w", path, ErrUnsafePath)
+	}
+	if path == "/" {
+		return fmt.Errorf("sandbox: a grant of / cannot be sandboxed (it would expose every file); grant specific directories: %w", ErrUnsafePath)
+	}
+	for _, k := range []string{"/proc", "/sys", "/dev"} {
+		if within(path, k) {
+			return fmt.Errorf("sandbox: grant %s is inside %s, which the sandbox never exposes: %w", path, k, ErrUnsafePath)
+		}
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return fmt.Errorf("sandbox: grant %s: %w", path, err)
+	}
+	if real != path {
+		return fmt.Errorf("sandbox: grant %s resolves to %s (a symlink was swapped in): %w", path, real, ErrUnsafePath)
+	}
+	return nil
+}
+
+// denySet collects deny overlays.
+type denySet struct {
+	files, dirs map[string]bool
+}
+
+// add hides path when it exists inside a grant. A symlink (at the path or
+// in its parents) is refused: mounting over it would follow it.
+func (d *denySet) add(path string, grants []string) error {
+	if !slices.ContainsFunc(grants, func(g string) bool { return within(path, g) }) {
+		return nil
+	}
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox: deny path %s: %w", path, err)
+	}
+	parent, err := filepath.EvalSymlinks(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("sandbox: deny path %s: %w", path, err)
+	}
+	if parent != filepath.Dir(path) {
+		return fmt.Errorf("sandbox: deny path %s has a symlink in its parents (%s): %w", path, parent, ErrUnsafePath)
+	}
+	return d.addInfo(path, fi)
+}
+
+func (d *denySet) addInfo(path string, fi fs.FileInfo) error {
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("sandbox: %s must be hidden but is a symlink; replace it with a real file or remove it: %w", path, ErrUnsafePath)
+	case fi.IsDir():
+		d.dirs[path] = true
+	default:
+		d.files[path] = true
+	}
+	return nil
+}
+
+// scanEnv hides .env* entries in root, depth levels deep, without following
+// symlinks. Running out of budget fails: an unsearched tree may hold one.
+func (d *denySet) scanEnv(root string, depth int, budget *int, grants []string) error {
+	if depth <= 0 {
+		return nil
+	}
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		// A file grant, or a directory the gateway itself cannot list:
+		// the sandbox, with fewer rights, cannot list it either.
+		return nil
+	}
+	for _, e := range ents {
+		*budget--
+		if *budget < 0 {
+			return fmt.Errorf("sandbox: granted trees too large to search for .env files (raise the scan limit or narrow the grant %s): %w", root, ErrUnsafePath)
+		}
+		path := filepath.Join(root, e.Name())
+		if strings.HasPrefix(e.Name(), ".env") {
+			fi, err := os.Lstat(path)
+			if err != nil {
+				continue
+			}
+			if err := d.addInfo(path, fi); err != nil {
+				return err
+			}
+			continue
+		}
+		if e.IsDir() && e.Type()&fs.ModeSymlink == 0 {
+			if err := d.scanEnv(path, depth-1, budget, grants); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (d *denySet) sorted() (files, dirs []string) {
+	files, dirs = []string{}, []string{}
+	for f := range d.files {
+		files = append(files, f)
+	}
+	for f := range d.dirs {
+		dirs = append(dirs, f)
+	}
+	slices.Sort(files)
+	slices.Sort(dirs)
+	return files, dirs
+}
+
+// within reports whether path lies in dir, by whole path segments.
+func within(path, dir string) bool {
+	if dir == "/" {
+		return true
+	}
+	return path == dir || strings.HasPrefix(path, dir+"/")
+}
+
+// Within reports whether the clean absolute path lies in the clean absolute
+// dir, comparing whole segments ("/usr" holds "/usr/bin", not "/usrx").
+func Within(path, dir string) bool { return within(path, dir) }

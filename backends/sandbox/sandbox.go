@@ -1,0 +1,49 @@
+// Package sandbox holds the plain description of one confined process run,
+// shared by every runner (process, bwrap, seatbelt) so that the Exec tool can
+// build it once from the enforced scope and hand it to whichever runner the
+// gateway chose.
+package sandbox
+
+import (
+	"time"
+
+	"github.com/portcullis/portcullis/wire"
+)
+
+// Spec is one program run.
+type Spec struct {
+	Argv           []string      // argv[0] absolute, already resolved
+	Dir            string        // working directory ("" = a fresh temporary one)
+	Env            []string      // complete child environment, KEY=VALUE
+	Timeout        time.Duration // wall clock
+	MaxOutputBytes int           // cap per stream
+	Limits         wire.Limits   // cpu_seconds, memory_bytes, fsize_bytes, nofile
+	Scope          wire.Scope    // enforced scope: grants and network posture
+}
+
+// Result is how the run ended.
+type Result struct {
+	ExitCode        int
+	Stdout          string // UTF-8, invalid bytes replaced, at most MaxOutputBytes
+	Stderr          string
+	StdoutTruncated bool
+	StderrTruncated bool
+	TimedOut        bool
+	// Canceled says the run was stopped because its context was done (the
+	// client went away or the gateway is shutting down), not by its timeout.
+	Canceled bool
+	Signal   *string // e.g. "SIGKILL" when the process died of a signal
+	Duration time.Duration
+	// Network attributes the call's proxied connections (posture
+	// allowlist): how many, and which hosts were allowed or refused. Nil
+	// when the runner does not proxy (posture off or full, or an
+	// unconfined runner).
+	Network *NetworkStats `json:"network,omitempty"`
+	// Profile is the OS sandbox the program really ran in, for evidence.
+	// Nil for runners that do not confine (process).
+	Profile *Profile `json:"profile,omitempty"`
+}
+
+// NetworkStats is what one call's egress proxy saw; it is wire vocabulary
+// because the outcome event records it.
+type NetworkStats = wire.NetworkStats

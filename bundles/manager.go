@@ -1,0 +1,389 @@
+package bundles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/portcullis/portcullis/policies"
+)
+
+// Activation is one bundle going live, as recorded in evidence.
+type Activation struct {
+	Revision         string    `json:"revision"`
+	Digest           string    `json:"digest"`
+	Source           string    `json:"source"`
+	KeyID            string    `json:"key_id,omitempty"`
+	Algorithm        string    `json:"algorithm,omitempty"`
+	Verified         bool      `json:"verified"`
+	TestsRun         bool      `json:"tests_run"`
+	PreviousRevision string    `json:"previous_revision,omitempty"`
+	PreviousDigest   string    `json:"previous_digest,omitempty"`
+	Trigger          string    `json:"trigger"`
+	Files            int       `json:"files"`
+	LoadedAt         time.Time `json:"loaded_at"`
+}
+
+// Recorder makes activations durable (as evidence). An activation whose
+// record fails stays live (the policy is already enforced), but the failure
+// is logged and counted.
+type Recorder interface {
+	PolicyActivated(ctx context.Context, a Activation) error
+}
+
+// Triggers of a reload, recorded with each activation.
+const (
+	TriggerStart  = "start"
+	TriggerPoll   = "poll"
+	TriggerSignal = "signal"
+	TriggerAPI    = "api"
+)
+
+// Result outcomes.
+const (
+	ResultActivated = "activated"
+	ResultUnchanged = "unchanged"
+	ResultRefused   = "refused"
+)
+
+// Result is what one reload did.
+type Result struct {
+	Status string        `json:"status"`
+	Reason string        `json:"reason,omitempty"`
+	Error  string        `json:"error,omitempty"`
+	Policy policies.Info `json:"policy"`
+	At     time.Time     `json:"at"`
+}
+
+// Options configure a Manager.
+type Options struct {
+	Engine *policies.Engine
+	Source Source
+	// Load are the checks every candidate must pass (verification key,
+	// tests, schemas).
+	Load policies.LoadOptions
+	// Recorder records activations; nil logs them only.
+	Recorder Recorder
+	// PollInterval is how often Run polls the source; 0 disables polling.
+	PollInterval time.Duration
+	// MaxBackoff bounds the retry delay after failures (default 5 min).
+	MaxBackoff time.Duration
+	Logger     *slog.Logger
+	Metrics    *Metrics
+	Now        func() time.Time
+	// ArchiveDir, when set, keeps a copy of every activated bundle as
+	// ArchiveDir/<digest>.tar.gz, so `gateway policy replay` can find the
+	// bundle a receipt was decided by. A failed copy is logged only.
+	ArchiveDir string
+}
+
+// Manager owns the live policy's lifecycle: fetch, verify, compile, test,
+// swap, record. Reloads are serialized; the engine's atomic swap keeps
+// in-flight calls on the bundle they started with.
+type Manager struct {
+	opts        Options
+	mu          sync.Mutex // serializes reloads
+	statusMu    sync.Mutex
+	activations int
+	last        Result
+}
+
+// New returns a manager; call Reload once to load the first bundle.
+func New(opts Options) *Manager {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 5 * time.Minute
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics()
+	}
+	return &Manager{opts: opts}
+}
+
+// Status is the live policy and the lifecycle counters, for GET /v1/policy.
+type Status struct {
+	Live        policies.Info `json:"live"`
+	Loaded      bool          `json:"loaded"`
+	Source      string        `json:"source"`
+	Verified    bool          `json:"verified"`
+	Activations int           `json:"activations"`
+	LastResult  Result        `json:"last_result"`
+}
+
+// Status reports the live bundle.
+func (m *Manager) Status() Status {
+	info, ok := m.opts.Engine.Info()
+	m.statusMu.Lock()
+	defer m.statusMu.Unlock()
+	return Status{Live: info, Loaded: ok, Source: m.opts.Source.String(),
+		Verified: ok && info.Signature != nil, Activations: m.activations, LastResult: m.last}
+}
+
+// Reload fetches the source and activates its bundle if it differs from the
+// live one and passes every check. A refused bundle never goes live; the
+// previous one stays. The returned error is non-nil exactly when Status is
+// refused.
+func (m *Manager) Reload(ctx context.Context, trigger string) (Result, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	res, err := m.reload(ctx, trigger)
+	res.At = m.opts.Now().UTC()
+	m.statusMu.Lock()
+	if res.Status == ResultActivated {
+		m.activations++
+	}
+	m.last = res
+	m.statusMu.Unlock()
+	return res, err
+}
+
+func (m *Manager) reload(ctx context.Context, trigger string) (Result, error) {
+	log := m.opts.Logger
+	src := m.opts.Source
+	prev, hadPrev := m.opts.Engine.Info()
+	fsys, err := src.Fetch(ctx)
+	if errors.Is(err, ErrNotModified) {
+		m.opts.Metrics.fetches.WithLabelValues("not_modified").Inc()
+		return Result{Status: ResultUnchanged, Policy: prev}, nil
+	}
+	if err != nil {
+		m.opts.Metrics.fetches.WithLabelValues("error").Inc()
+		return m.refuse(ctx, prev, "fetch", err)
+	}
+	m.opts.Metrics.fetches.WithLabelValues("fetched").Inc()
+	m.opts.Metrics.compiles.Inc()
+	// Check the candidate on a scratch engine first: only a bundle that
+	// passes everything reaches the live engine, and an unchanged one does
+	// not count as an activation.
+	scratch := policies.NewEngine(policies.Options{Now: m.opts.Now})
+	cand, err := scratch.LoadWith(ctx, fsys, src.String(), m.opts.Load)
+	if err != nil {
+		return m.refuse(ctx, prev, reasonOf(err), err)
+	}
+	if hadPrev && cand.Digest == prev.Digest && sameSigner(cand, prev) {
+		if c, ok := src.(committer); ok {
+			c.Commit()
+		}
+		return Result{Status: ResultUnchanged, Policy: prev}, nil
+	}
+	info, err := m.opts.Engine.LoadWith(ctx, fsys, src.String(), m.opts.Load)
+	if err != nil {
+		return m.refuse(ctx, prev, reasonOf(err), err)
+	}
+	if c, ok := src.(committer); ok {
+		c.Commit()
+	}
+	m.opts.Metrics.activations.Inc()
+	m.opts.Metrics.lastActivation.Set(float64(info.LoadedAt.Unix()))
+	if m.opts.ArchiveDir != "" {
+		if err := archiveBundle(m.opts.ArchiveDir, fsys, info.Digest); err != nil {
+			log.WarnContext(ctx, "keeping a copy of the activated bundle failed; policy replay will need --bundle", "digest", info.Digest, "err", err)
+		}
+	}
+	a := Activation{Revision: info.Revision, Digest: info.Digest, Source: info.Source, Verified: info.Signature != nil,
+		TestsRun: m.opts.Load.RunTests, Trigger: trigger, Files: len(info.Files), LoadedAt: info.LoadedAt}
+	if info.Signature != nil {
+		a.KeyID, a.Algorithm = info.Signature.KeyID, info.Signature.Algorithm
+	}
+	if hadPrev {
+		a.PreviousRevision, a.PreviousDigest = prev.Revision, prev.Digest
+	}
+	log.InfoContext(ctx, "policy activated", "revision", a.Revision, "digest", a.Digest, "source", a.Source,
+		"key_id", a.KeyID, "verified", a.Verified, "previous_revision", a.PreviousRevision, "trigger", trigger)
+	if m.opts.Recorder != nil {
+		if err := m.opts.Recorder.PolicyActivated(ctx, a); err != nil {
+			m.opts.Metrics.recordFailures.Inc()
+			log.ErrorContext(ctx, "recording the policy activation in evidence failed", "revision", a.Revision, "err", err)
+		}
+	}
+	return Result{Status: ResultActivated, Policy: info}, nil
+}
+
+func (m *Manager) refuse(ctx context.Context, prev policies.Info, reason string, err error) (Result, error) {
+	m.opts.Metrics.refused.WithLabelValues(reason).Inc()
+	m.opts.Logger.ErrorContext(ctx, "policy bundle refused; the previous policy stays live",
+		"reason", reason, "source", m.opts.Source.String(), "live_revision", prev.Revision, "err", err)
+	return Result{Status: ResultRefused, Reason: reason, Error: err.Error(), Policy: prev}, fmt.Errorf("policy bundle refused (%s): %w", reason, err)
+}
+
+// reasonOf maps a load error to the refusal metric's reason label.
+func reasonOf(err error) string {
+	switch policies.StageOf(err) {
+	case policies.StageSignature:
+		return "signature"
+	case policies.StageTests:
+		return "tests"
+	case policies.StageRead:
+		return "read"
+	default:
+		return "compile"
+	}
+}
+
+func sameSigner(a, b policies.Info) bool {
+	if a.Signature == nil || b.Signature == nil {
+		return a.Signature == b.Signature
+	}
+	return *a.Signature == *b.Signature
+}
+
+// Run polls the source every PollInterval until ctx ends. After a failed
+// fetch or a refused bundle it retries with exponential backoff and jitter
+// (up to MaxBackoff), so a flapping bundle service is not hammered by a
+// fleet of gateways in lockstep.
+func (m *Manager) Run(ctx context.Context) {
+	if m.opts.PollInterval <= 0 {
+		return
+	}
+	failures := 0
+	for {
+		delay := m.opts.PollInterval
+		if failures > 0 {
+			delay = backoff(m.opts.PollInterval, m.opts.MaxBackoff, failures)
+		}
+		t := time.NewTimer(jitter(delay))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if _, err := m.Reload(ctx, TriggerPoll); err != nil {
+			failures++
+		} else {
+			failures = 0
+		}
+	}
+}
+
+// backoff doubles base per failure, capped at max.
+func backoff(base, max time.Duration, failures int) time.Duration {
+	d := base
+	for i := 0; i < failures && d < max; i++ {
+		d *= 2
+	}
+	return min(d, max)
+}
+
+// jitter spreads d by ±20%.
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	spread := int64(d) / 5
+	if spread == 0 {
+		return d
+	}
+	return d - time.Duration(spread) + time.Duration(rand.Int64N(2*spread+1))
+}
+
+// Metrics are the lifecycle's Prometheus series.
+type Metrics struct {
+	refused        *prometheus.CounterVec
+	activations    prometheus.Counter
+	lastActivation prometheus.Gauge
+	recordFailures prometheus.Counter
+	shadowDiffs    *prometheus.CounterVec
+	shadowDropped  prometheus.Counter
+	shadowErrors   prometheus.Counter
+	fetches        *prometheus.CounterVec
+	compiles       prometheus.Counter
+}
+
+// NewMetrics returns unregistered metrics; Register adds them to a registry.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portcullis_policy_bundle_refused_total",
+			Help: "Candidate policy bundles refused, by reason (fetch, read, signature, compile, tests); the previous bundle stayed live.",
+		}, []string{"reason"}),
+		activations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "portcullis_policy_activations_total",
+			Help: "Policy bundles activated.",
+		}),
+		lastActivation: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "portcullis_policy_last_activation_timestamp_seconds",
+			Help: "Unix time of the last policy activation.",
+		}),
+		recordFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "portcullis_policy_activation_record_failures_total",
+			Help: "Policy activations that could not be recorded as evidence.",
+		}),
+		shadowDiffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portcullis_policy_shadow_diffs_total",
+			Help: "Calls where the shadow bundle decided differently from the live one, by what differed (allow, reasons, grants).",
+		}, []string{"field"}),
+		shadowDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "portcullis_policy_shadow_dropped_total",
+			Help: "Shadow evaluations dropped because the queue was full.",
+		}),
+		shadowErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "portcullis_policy_shadow_errors_total",
+			Help: "Shadow evaluations that failed.",
+		}),
+		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portcullis_policy_bundle_fetches_total",
+			Help: "Bundle fetches by result: fetched (a bundle was read), not_modified (HTTP 304, nothing compiled), error (the source failed; the live bundle stays).",
+		}, []string{"result"}),
+		compiles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "portcullis_policy_bundle_compiles_total",
+			Help: "Candidate bundles compiled (and checked); a 304 from the bundle service compiles nothing.",
+		}),
+	}
+}
+
+// Register adds the metrics to reg.
+func (m *Metrics) Register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.refused, m.activations, m.lastActivation, m.recordFailures, m.shadowDiffs, m.shadowDropped, m.shadowErrors, m.fetches, m.compiles} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register policy metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// archiveBundle writes fsys as dir/<digest>.tar.gz unless it is there.
+func archiveBundle(dir string, fsys fs.FS, digest string) error {
+	path := filepath.Join(dir, digest+".tar.gz")
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	files, err := Files(fsys)
+	if err != nil {
+		return err
+	}
+	b, err := writeArchive(files)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".bundle-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

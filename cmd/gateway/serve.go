@@ -1,0 +1,425 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/portcullis/portcullis/backends"
+	"github.com/portcullis/portcullis/backends/bwrap"
+	"github.com/portcullis/portcullis/backends/coderun"
+	"github.com/portcullis/portcullis/backends/exectool"
+	"github.com/portcullis/portcullis/backends/fstool"
+	"github.com/portcullis/portcullis/backends/httpget"
+	"github.com/portcullis/portcullis/backends/process"
+	"github.com/portcullis/portcullis/backends/sandbox"
+	"github.com/portcullis/portcullis/bundles"
+	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/evidence/postgres"
+	"github.com/portcullis/portcullis/evidence/sqlite"
+	"github.com/portcullis/portcullis/gateway"
+	"github.com/portcullis/portcullis/gateway/config"
+	"github.com/portcullis/portcullis/policies"
+	"github.com/portcullis/portcullis/wire"
+)
+
+// shutdownGrace bounds how long in-flight calls may finish after SIGTERM.
+const shutdownGrace = 60 * time.Second
+
+type serveFlags struct {
+	dev        bool
+	configPath string
+	listen     string
+}
+
+func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serveFlags
+	fs.BoolVar(&f.dev, "dev", false, "development mode: embedded store, shipped policy, generated keys printed once")
+	fs.StringVar(&f.configPath, "config", os.Getenv("PORTCULLIS_CONFIG"), "config file (YAML)")
+	fs.StringVar(&f.listen, "listen", "", "listen address, overrides the config")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, devKeys, err := loadServeConfig(f)
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+	shutdownTracing, err := setupTracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing()
+
+	warnUnbuilt(cfg, log)
+	st, err := openStack(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	stopEvidence, auditor, err := startEvidenceServices(ctx, cfg, f.dev, st.store, log)
+	if err != nil {
+		return err
+	}
+	defer stopEvidence()
+
+	if n, err := evidence.RecoverInterrupted(ctx, st.store, st.writer, st.instanceID); err != nil {
+		return fmt.Errorf("marking interrupted calls: %w", err)
+	} else if n > 0 {
+		log.Warn("calls left pending by a previous run marked interrupted", "count", n, "instance_id", st.instanceID)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := st.policy.metrics.Register(reg); err != nil {
+		return err
+	}
+	keys, err := principalKeys(cfg.Principals)
+	if err != nil {
+		return err
+	}
+	srv := gateway.New(gateway.Options{
+		Keys: keys, Policy: st.decider(), Evidence: st.writer, Receipts: st.store, Tools: st.tools,
+		InstanceID: st.instanceID, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registry: reg,
+		OpenAPI: gateway.OpenAPIDocument, PolicyRevision: st.revision, MCPAllowedOrigins: cfg.MCP.AllowedOrigins,
+		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: auditor,
+	})
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	dbg, err := startDebug(cfg.Debug.Listen, log)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer dbg.close()
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout.Std(),
+		ReadTimeout:       cfg.HTTP.ReadTimeout.Std(),
+		WriteTimeout:      cfg.HTTP.WriteTimeout.Std(), // default 11 min: Exec may run 600 s
+		IdleTimeout:       cfg.HTTP.IdleTimeout.Std(),
+		MaxHeaderBytes:    int(cfg.HTTP.MaxHeaderBytes),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if devKeys != nil {
+		printDevBanner(stdout, ln.Addr().String(), cfg, devKeys)
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "instance_id", st.instanceID, "store", st.storeKind,
+		"policy_revision", st.revision(), "exec_backend", st.backend)
+
+	go reloadOnHUP(ctx, st, log)
+	go st.policy.manager.Run(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing in-flight calls", "grace", shutdownGrace)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Error("shutdown did not finish in time", "err", err)
+	}
+	if err := st.writer.Close(sctx); err != nil {
+		log.Error("flushing evidence", "err", err)
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// warnUnbuilt says which configured settings serve does not act on itself, so
+// an operator is never left believing a feature is on.
+func warnUnbuilt(cfg config.Config, log *slog.Logger) {
+	// Retention is a maintenance job, not part of serving: say so once, so
+	// nobody assumes the server expires evidence by itself.
+	log.Info("evidence.retention is applied by `gateway evidence retain` (run it from a scheduler), never by serve", "retention", cfg.Evidence.Retention.Std().String())
+}
+
+// devKey is a key generated for --dev, printed once and never stored in clear.
+type devKey struct{ role, id, key string }
+
+func loadServeConfig(f serveFlags) (config.Config, []devKey, error) {
+	environ := os.Environ()
+	cfg, err := config.Load(f.configPath, environ)
+	if err != nil {
+		return cfg, nil, err
+	}
+	if f.listen != "" {
+		cfg.Listen = f.listen
+	}
+	var keys []devKey
+	if f.dev {
+		if f.configPath == "" && os.Getenv("PORTCULLIS_POLICY_BUNDLE") == "" {
+			cfg.Policy.Bundle = config.ShippedBundle
+		}
+		for _, role := range []string{wire.RoleAgent, wire.RoleAuditor, wire.RoleAdmin} {
+			k, err := newAPIKey()
+			if err != nil {
+				return cfg, nil, err
+			}
+			id := "dev-" + role
+			sum := sha256.Sum256([]byte(k))
+			cfg.Principals = append(cfg.Principals, config.Principal{ID: id, Roles: []string{role}, APIKeySHA256: hex.EncodeToString(sum[:])})
+			keys = append(keys, devKey{role, id, k})
+		}
+		if err := cfg.Validate(); err != nil {
+			return cfg, nil, err
+		}
+	}
+	if len(cfg.Principals) == 0 {
+		return cfg, nil, errors.New("config: principals: none configured; every call would be refused (use --dev to try the gateway)")
+	}
+	return cfg, keys, nil
+}
+
+func newAPIKey() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "pcl_" + base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+func printDevBanner(w io.Writer, addr string, cfg config.Config, keys []devKey) {
+	fmt.Fprintf(w, "Portcullis dev mode: embedded store in %s, shipped policy.\n", cfg.DataDir)
+	fmt.Fprintf(w, "API keys (shown once, not stored):\n")
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %-8s %-12s %s\n", k.role, k.id, k.key)
+	}
+	fmt.Fprintf(w, "\nTry:\n  curl -s -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n"+
+		"    -d '{\"tool\":\"Exec\",\"input\":{\"argv\":[\"/usr/bin/uname\",\"--version\"]}}' http://%s/v1/tool-calls\n\n",
+		keys[0].key, addr)
+}
+
+func principalKeys(ps []config.Principal) ([]gateway.Key, error) {
+	out := make([]gateway.Key, 0, len(ps))
+	for _, p := range ps {
+		var k gateway.Key
+		b, err := hex.DecodeString(p.APIKeySHA256)
+		if err != nil || len(b) != 32 {
+			return nil, fmt.Errorf("principal %s: bad api_key_sha256", p.ID)
+		}
+		copy(k.SHA256[:], b)
+		attrs := p.Attributes
+		if attrs == nil {
+			attrs = map[string]any{}
+		}
+		k.Principal = wire.Principal{ID: p.ID, Roles: p.Roles, Attributes: attrs}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// stack is the gateway's parts, opened once and closed in reverse.
+type stack struct {
+	store      evidence.Store
+	storeKind  string
+	writer     *evidence.Writer
+	engine     *policies.Engine
+	policy     *policyStack
+	tools      []backends.Tool
+	backend    string
+	instanceID string
+}
+
+func (s *stack) revision() string {
+	if info, ok := s.engine.Info(); ok {
+		return info.Revision
+	}
+	return ""
+}
+
+func (s *stack) close() {
+	if s.policy != nil && s.policy.shadow != nil {
+		s.policy.shadow.Close() // drain before the evidence writer closes
+	}
+	if s.writer != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = s.writer.Close(ctx)
+		cancel()
+	}
+	if s.store != nil {
+		_ = s.store.Close()
+	}
+}
+
+func openStore(ctx context.Context, cfg config.Config) (evidence.Store, string, error) {
+	if cfg.DatabaseURL != "" {
+		st, err := postgres.Open(ctx, cfg.DatabaseURL)
+		if err != nil {
+			return nil, "", fmt.Errorf("opening the PostgreSQL evidence store: %w", err)
+		}
+		return st, "postgres", nil
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, "", fmt.Errorf("data_dir: %w", err)
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "evidence.db"))
+	if err != nil {
+		return nil, "", fmt.Errorf("opening the embedded evidence store: %w", err)
+	}
+	return st, "sqlite", nil
+}
+
+func openStack(ctx context.Context, cfg config.Config, log *slog.Logger) (*stack, error) {
+	st := &stack{instanceID: instanceID(cfg)}
+	var err error
+	st.store, st.storeKind, err = openStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	st.writer = evidence.NewWriter(st.store, evidence.WriterOptions{InstanceID: st.instanceID, Logger: log})
+
+	runner, err := chooseRunner(ctx, cfg, log)
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	st.backend = runner.Name()
+	st.tools = newTools(cfg, runner, log)
+	// The policy loads after the tools: bundles are type-checked against
+	// the tools' input schemas.
+	if st.policy, err = openPolicy(ctx, cfg, log, st.tools, evidenceRecorder{st.writer}); err != nil {
+		st.close()
+		return nil, err
+	}
+	st.engine = st.policy.engine
+	if cfg.Policy.ShadowBundle != "" {
+		if err := st.policy.openShadow(ctx, cfg, log, st.tools, evidenceRecorder{st.writer}); err != nil {
+			st.close()
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// chooseRunner picks the Exec backend, probing bubblewrap once at start.
+//   - backend bwrap: bwrap or refuse to start.
+//   - backend auto: bwrap when the probe passes, else the process runner
+//     (rlimits only) with a warning, or, when sandbox.require is set,
+//     a runner that refuses every Exec with sandbox_unavailable.
+//   - backend process: the process runner; with sandbox.require every Exec
+//     is refused, since the process runner is no sandbox.
+func chooseRunner(ctx context.Context, cfg config.Config, log *slog.Logger) (exectool.Runner, error) {
+	helper := helperPath(log)
+	if cfg.Sandbox.Backend != "process" {
+		r := bwrap.New(bwrap.Options{Logger: log, HelperPath: helper})
+		err := r.Probe(ctx)
+		if err == nil {
+			return r, nil
+		}
+		if cfg.Sandbox.Backend == "bwrap" {
+			return nil, fmt.Errorf("config: sandbox.backend: bwrap does not work here: %w", err)
+		}
+		log.Warn("bubblewrap unusable; falling back", "err", err, "require", cfg.Sandbox.Require)
+	}
+	if cfg.Sandbox.Require {
+		log.Warn("sandbox.require is set and no OS sandbox is available: every Exec will be refused with sandbox_unavailable")
+		return unavailableRunner{}, nil
+	}
+	log.Warn("Exec runs on the process backend: rlimits and a process group, no filesystem or network confinement")
+	return process.New(process.Options{Logger: log, HelperPath: helper}), nil
+}
+
+// helperName is the small rlimit helper binary; installed beside the gateway
+// it saves the gateway's own start-up cost on every Exec.
+const helperName = "portcullis-exec-helper"
+
+// helperPath returns the sibling helper when there is one, else "" (the
+// runner then re-executes the gateway binary itself).
+func helperPath(log *slog.Logger) string {
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(self), helperName)
+	if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		log.Info("using the exec helper beside the gateway binary", "path", p)
+		return p
+	}
+	return ""
+}
+
+// instanceID names this gateway in evidence: configured, or derived from the
+// host name and data directory so a restart on the same host finds its own
+// unfinished calls.
+func instanceID(cfg config.Config) string {
+	if cfg.InstanceID != "" {
+		return cfg.InstanceID
+	}
+	host, _ := os.Hostname()
+	dir, _ := filepath.Abs(cfg.DataDir)
+	sum := sha256.Sum256([]byte(dir + "\x00" + cfg.DatabaseURL))
+	return strings.ToLower(host) + "-" + hex.EncodeToString(sum[:4])
+}
+
+// reloadOnHUP reloads the policy on SIGHUP through the same checks as any
+// activation; a refused bundle leaves the previous one live.
+func reloadOnHUP(ctx context.Context, st *stack, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			res, err := st.policy.manager.Reload(ctx, bundles.TriggerSignal)
+			if err != nil {
+				continue // logged, with the reason, by the manager
+			}
+			log.Info("policy reload on SIGHUP", "status", res.Status, "revision", res.Policy.Revision, "digest", res.Policy.Digest)
+		}
+	}
+}
+
+// unavailableRunner stands in when sandbox.require is set but no sandbox
+// backend exists: every Exec is refused with sandbox_unavailable.
+type unavailableRunner struct{}
+
+func (unavailableRunner) Name() string { return "none" }
+
+func (unavailableRunner) Run(context.Context, sandbox.Spec) (sandbox.Result, error) {
+	return sandbox.Result{}, wire.Errorf(wire.CodeSandboxUnavailable, "sandbox.require is set and no OS sandbox backend is available; Exec refused rather than run unconfined")
+}
+
+// newTools is the gateway's tool set, the one place it is listed: serve
+// runs these, and `policy schema` describes the same.
+func newTools(cfg config.Config, runner exectool.Runner, log *slog.Logger) []backends.Tool {
+	tools := []backends.Tool{exectool.New(exectool.Options{Runner: runner, Logger: log})}
+	tools = append(tools, fstool.Tools(fstool.Options{Logger: log})...)
+	return append(tools, httpget.New(httpget.Options{Logger: log}),
+		coderun.New(coderun.Options{Runner: runner, Deno: denoPath(cfg), Logger: log}))
+}

@@ -1,0 +1,559 @@
+// Package postgres is the PostgreSQL evidence store: append-only events in a
+// monthly-partitioned table, written with COPY inside one transaction per
+// group commit, guarded by triggers that refuse UPDATE, DELETE and
+// TRUNCATE. Several gateway replicas can share one database.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/evidence/internal/rowcodec"
+	"github.com/portcullis/portcullis/migrations"
+	"github.com/portcullis/portcullis/wire"
+)
+
+// versionTable is goose's bookkeeping table, named for the project so it
+// never collides with another goose user of a shared database.
+const versionTable = "portcullis_schema_version"
+
+// partitionInterval is how often the store makes sure next month's
+// partition exists while the gateway runs for months.
+const partitionInterval = 6 * time.Hour
+
+// Store is the PostgreSQL evidence.Store.
+type Store struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+var _ evidence.Store = (*Store)(nil)
+
+// Open connects, applies pending migrations (safe with several replicas
+// starting at once: goose holds a session advisory lock), makes sure the
+// current and next month have partitions, and returns the store.
+// Connection failures wrap evidence.ErrUnavailable.
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: parse database url: %w", redactURLError(err))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: connect: %w", classify(err))
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("evidence/postgres: connect: %w", classify(err))
+	}
+	if err := migrate(ctx, cfg.ConnConfig); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s := &Store{pool: pool, log: slog.New(slog.DiscardHandler), stop: make(chan struct{})}
+	if err := s.EnsurePartitions(ctx, time.Now()); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.wg.Add(1)
+	go s.maintain()
+	return s, nil
+}
+
+// Migrate applies pending migrations (for `gateway migrate`).
+func Migrate(ctx context.Context, url string) error {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("evidence/postgres: parse database url: %w", redactURLError(err))
+	}
+	return migrate(ctx, cfg)
+}
+
+// MigrationStatus reports the applied schema version and the newest one
+// this binary knows (for `gateway doctor`). current is 0 on a fresh
+// database.
+func MigrationStatus(ctx context.Context, url string) (current, latest int64, err error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return 0, 0, fmt.Errorf("evidence/postgres: parse database url: %w", redactURLError(err))
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	p, err := newProvider(db)
+	if err != nil {
+		return 0, 0, err
+	}
+	statuses, err := p.Status(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("evidence/postgres: migration status: %w", classify(err))
+	}
+	for _, st := range statuses {
+		latest = max(latest, st.Source.Version)
+		if st.State == goose.StateApplied {
+			current = max(current, st.Source.Version)
+		}
+	}
+	return current, latest, nil
+}
+
+func newProvider(db *sql.DB) (*goose.Provider, error) {
+	sub, err := fs.Sub(migrations.FS, migrations.PostgresDir)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: migrations: %w", err)
+	}
+	// Poll the advisory lock every second (goose's default is 5 s) for up
+	// to 5 minutes, so replicas that lost the race start quickly.
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: migration locker: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub,
+		goose.WithTableName(versionTable),
+		goose.WithSessionLocker(locker),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSlog(slog.New(slog.DiscardHandler)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: migrations: %w", err)
+	}
+	return p, nil
+}
+
+func migrate(ctx context.Context, cfg *pgx.ConnConfig) error {
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	p, err := newProvider(db)
+	if err != nil {
+		return err
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("evidence/postgres: migrate: %w", classify(err))
+	}
+	return nil
+}
+
+// redactURLError keeps a database password out of parse errors, which
+// pgx may quote in full.
+func redactURLError(err error) error {
+	return errors.New(strings.SplitN(err.Error(), "://", 2)[0] + ": invalid connection string")
+}
+
+// EnsurePartitions creates the partitions for the month of at and the next
+// one. Open calls it, and the store repeats it every few hours; rows for a
+// month without its partition land in the DEFAULT partition, so an insert
+// never fails for lack of one.
+func (s *Store) EnsurePartitions(ctx context.Context, at time.Time) error {
+	if _, err := s.pool.Exec(ctx, "SELECT evidence_ensure_partitions($1, 2)", at); err != nil {
+		return fmt.Errorf("evidence/postgres: ensure partitions: %w", classify(err))
+	}
+	return nil
+}
+
+func (s *Store) maintain() {
+	defer s.wg.Done()
+	t := time.NewTicker(partitionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if err := s.EnsurePartitions(ctx, time.Now()); err != nil {
+				s.log.Warn("evidence partition maintenance failed", "error", err.Error())
+			}
+			cancel()
+		}
+	}
+}
+
+// classify wraps connectivity failures with evidence.ErrUnavailable and
+// leaves server-reported errors (bad data, constraint, trigger) as they are.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		// Whatever the server said while connecting (down, refusing,
+		// unknown database, bad credentials), the store is unreachable.
+		return fmt.Errorf("%w: %w", evidence.ErrUnavailable, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08", "53", "57", "58": // connection, resources, operator intervention, system
+			return fmt.Errorf("%w: %w", evidence.ErrUnavailable, err)
+		}
+		return err
+	}
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", evidence.ErrUnavailable, err)
+}
+
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
+func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: true} }
+
+// ruleIDs is the rule_ids column value: NULL when there are none.
+func ruleIDs(ids []string) any {
+	if len(ids) == 0 {
+		return nil
+	}
+	return ids
+}
+
+func rowValues(e evidence.Event) ([]any, error) {
+	j, err := rowcodec.Encode(e.Reasons, e.Args, e.Scope, e.Outcome)
+	if err != nil {
+		return nil, fmt.Errorf("event %s: %w", e.ID, err)
+	}
+	parent := pgtype.UUID{}
+	if e.ParentReceiptID != nil {
+		parent = pgUUID(*e.ParentReceiptID)
+	}
+	prev, hash := e.PrevHash, e.Hash
+	if prev == nil {
+		prev = []byte{}
+	}
+	if hash == nil {
+		hash = []byte{}
+	}
+	var body []byte
+	if len(e.Body) > 0 {
+		body = e.Body
+	}
+	return []any{
+		evidence.NormalizeTime(e.Time), pgUUID(e.ID), pgUUID(e.ReceiptID), e.Kind, e.InstanceID,
+		e.PrincipalID, e.SessionID, e.CallID, e.Tool, e.Decision, j.Reasons, e.PolicyRevision,
+		e.ArgsSHA256, j.Args, j.Scope, e.TraceID, parent, e.ErrorCode, j.Outcome,
+		pgUUID(e.ChainID), e.ChainSeq, prev, hash, body, ruleIDs(e.RuleIDs),
+	}, nil
+}
+
+// Append writes the events with COPY in one transaction. When some already
+// exist (a retry) or the result of the commit is unknown, it re-sends them
+// once as INSERT … ON CONFLICT DO NOTHING, so a retry never duplicates.
+func (s *Store) Append(ctx context.Context, events []evidence.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	rows := make([][]any, len(events))
+	for i, e := range events {
+		v, err := rowValues(e)
+		if err != nil {
+			return fmt.Errorf("evidence/postgres: append: %w: %w", evidence.ErrInvalidEvent, err)
+		}
+		rows[i] = v
+	}
+	err := s.copyIn(ctx, rows)
+	if err == nil {
+		return nil
+	}
+	if !isUniqueViolation(err) && !errors.Is(classify(err), evidence.ErrUnavailable) {
+		return fmt.Errorf("evidence/postgres: append %d events: %w", len(events), err)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("evidence/postgres: append %d events: %w", len(events), classify(err))
+	}
+	if err2 := s.insertIdempotent(ctx, rows); err2 != nil {
+		return fmt.Errorf("evidence/postgres: append %d events (retry after %v): %w", len(events), err, classify(err2))
+	}
+	return nil
+}
+
+func (s *Store) copyIn(ctx context.Context, rows [][]any) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"evidence_events"}, rowcodec.Columns, pgx.CopyFromRows(rows)); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+var insertSQL = func() string {
+	ph := make([]string, len(rowcodec.Columns))
+	for i := range ph {
+		ph[i] = "$" + strconv.Itoa(i+1)
+	}
+	return "INSERT INTO evidence_events (" + strings.Join(rowcodec.Columns, ", ") + ") VALUES (" +
+		strings.Join(ph, ", ") + ") ON CONFLICT DO NOTHING"
+}()
+
+func (s *Store) insertIdempotent(ctx context.Context, rows [][]any) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	b := &pgx.Batch{}
+	for _, r := range rows {
+		b.Queue(insertSQL, r...)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+var selectCols = strings.Join(rowcodec.Columns, ", ")
+
+func scanEvents(rows pgx.Rows) ([]evidence.Event, error) {
+	defer rows.Close()
+	var out []evidence.Event
+	for rows.Next() {
+		var (
+			e                      evidence.Event
+			id, rid, parent, chain pgtype.UUID
+			j                      rowcodec.JSON
+			body                   []byte
+		)
+		if err := rows.Scan(&e.Time, &id, &rid, &e.Kind, &e.InstanceID, &e.PrincipalID, &e.SessionID,
+			&e.CallID, &e.Tool, &e.Decision, &j.Reasons, &e.PolicyRevision, &e.ArgsSHA256, &j.Args,
+			&j.Scope, &e.TraceID, &parent, &e.ErrorCode, &j.Outcome, &chain, &e.ChainSeq,
+			&e.PrevHash, &e.Hash, &body, &e.RuleIDs); err != nil {
+			return nil, err
+		}
+		if len(e.RuleIDs) == 0 {
+			e.RuleIDs = nil
+		}
+		if len(body) > 0 {
+			e.Body = json.RawMessage(body)
+		}
+		e.Time = e.Time.UTC()
+		if len(e.PrevHash) == 0 {
+			e.PrevHash = nil
+		}
+		if len(e.Hash) == 0 {
+			e.Hash = nil
+		}
+		e.ID, e.ReceiptID, e.ChainID = id.Bytes, rid.Bytes, chain.Bytes
+		if parent.Valid {
+			p := uuid.UUID(parent.Bytes)
+			e.ParentReceiptID = &p
+		}
+		var err error
+		if e.Reasons, e.Args, e.Scope, e.Outcome, err = rowcodec.Decode(j); err != nil {
+			return nil, fmt.Errorf("event %s: %w", e.ID, err)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) query(ctx context.Context, sql string, args ...any) ([]evidence.Event, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, classify(err)
+	}
+	evs, err := scanEvents(rows)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return evs, nil
+}
+
+// Receipt returns the receipt with that id, or evidence.ErrNotFound.
+func (s *Store) Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt, error) {
+	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE receipt_id = $1", pgUUID(id))
+	if err != nil {
+		return wire.Receipt{}, fmt.Errorf("evidence/postgres: receipt %s: %w", id, err)
+	}
+	for _, e := range evs {
+		if e.Kind == evidence.KindDecision && e.ID == id {
+			return evidence.BuildReceipt(e, evidence.LatestOutcome(evs)), nil
+		}
+	}
+	return wire.Receipt{}, fmt.Errorf("receipt %s: %w", id, evidence.ErrNotFound)
+}
+
+// Receipts lists receipts newest first with keyset pagination over
+// (ts, id): pages stay stable while new receipts arrive.
+func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptList, error) {
+	p, err := f.Normalize()
+	if err != nil {
+		return wire.ReceiptList{}, err
+	}
+	var (
+		where = []string{"kind = 'decision'"}
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if p.Principal != "" {
+		where = append(where, "principal_id = "+arg(p.Principal))
+	}
+	if p.Tool != "" {
+		where = append(where, "tool = "+arg(p.Tool))
+	}
+	if p.Decision != "" {
+		where = append(where, "decision = "+arg(p.Decision))
+	}
+	if p.SessionID != "" {
+		where = append(where, "session_id = "+arg(p.SessionID))
+	}
+	// Outcome filters look at the latest outcome, exactly the one
+	// BuildReceipt shows (LatestOutcome: newest by ts, then id), through
+	// the receipt_id index.
+	const latest = "(SELECT o.outcome->>'%s' FROM evidence_events o WHERE o.receipt_id = evidence_events.id" +
+		" AND o.kind = 'outcome' ORDER BY o.ts DESC, o.id DESC LIMIT 1)"
+	switch p.Status {
+	case "":
+	case wire.StatusPending:
+		where = append(where, "NOT EXISTS (SELECT 1 FROM evidence_events o WHERE o.receipt_id = evidence_events.id AND o.kind = 'outcome')")
+	default:
+		where = append(where, fmt.Sprintf(latest, "status")+" = "+arg(p.Status))
+	}
+	if p.ErrorCode != "" {
+		where = append(where, fmt.Sprintf(latest, "error_code")+" = "+arg(p.ErrorCode))
+	}
+	if p.Rule != "" {
+		// Served by the GIN index on rule_ids (migration 00004).
+		where = append(where, "rule_ids @> ARRAY["+arg(p.Rule)+"]::text[]")
+	}
+	if !p.Since.IsZero() {
+		where = append(where, "ts >= "+arg(evidence.NormalizeTime(p.Since)))
+	}
+	if !p.Until.IsZero() {
+		where = append(where, "ts < "+arg(evidence.NormalizeTime(p.Until)))
+	}
+	if p.After {
+		where = append(where, "(ts, id) < ("+arg(p.AfterTime)+", "+arg(pgUUID(p.AfterID))+")")
+	}
+	q := "SELECT " + selectCols + " FROM evidence_events WHERE " + strings.Join(where, " AND ") +
+		" ORDER BY ts DESC, id DESC LIMIT " + arg(p.Limit+1)
+	decisions, err := s.query(ctx, q, args...)
+	if err != nil {
+		return wire.ReceiptList{}, fmt.Errorf("evidence/postgres: list receipts: %w", err)
+	}
+	list := wire.ReceiptList{Receipts: []wire.Receipt{}}
+	if len(decisions) > p.Limit {
+		decisions = decisions[:p.Limit]
+		last := decisions[len(decisions)-1]
+		list.NextCursor = evidence.EncodeCursor(last.Time, last.ID)
+	}
+	if len(decisions) == 0 {
+		return list, nil
+	}
+	ids := make([]pgtype.UUID, len(decisions))
+	for i, d := range decisions {
+		ids[i] = pgUUID(d.ID)
+	}
+	outs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind = 'outcome' AND receipt_id = ANY($1)", ids)
+	if err != nil {
+		return wire.ReceiptList{}, fmt.Errorf("evidence/postgres: list outcomes: %w", err)
+	}
+	byReceipt := make(map[uuid.UUID][]evidence.Event, len(outs))
+	for _, o := range outs {
+		byReceipt[o.ReceiptID] = append(byReceipt[o.ReceiptID], o)
+	}
+	for _, d := range decisions {
+		list.Receipts = append(list.Receipts, evidence.BuildReceipt(d, evidence.LatestOutcome(byReceipt[d.ID])))
+	}
+	return list, nil
+}
+
+// PendingDecisions lists the instance's allow decisions without outcome.
+func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, `SELECT d.id FROM evidence_events d
+		WHERE d.kind = 'decision' AND d.decision = 'allow' AND d.instance_id = $1
+		AND NOT EXISTS (SELECT 1 FROM evidence_events o WHERE o.receipt_id = d.id AND o.kind = 'outcome')
+		ORDER BY d.ts, d.id`, instanceID)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: pending decisions: %w", classify(err))
+	}
+	ids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (uuid.UUID, error) {
+		var id pgtype.UUID
+		err := r.Scan(&id)
+		return id.Bytes, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: pending decisions: %w", classify(err))
+	}
+	return ids, nil
+}
+
+// ChainHead returns the newest chain's last event of the instance.
+func (s *Store) ChainHead(ctx context.Context, instanceID string) (uuid.UUID, int64, []byte, error) {
+	var (
+		chain pgtype.UUID
+		seq   int64
+		hash  []byte
+	)
+	err := s.pool.QueryRow(ctx, `SELECT chain_id, chain_seq, hash FROM evidence_events
+		WHERE instance_id = $1 ORDER BY chain_id DESC, chain_seq DESC LIMIT 1`, instanceID).Scan(&chain, &seq, &hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return uuid.Nil, 0, nil, nil
+	}
+	if err != nil {
+		return uuid.Nil, 0, nil, fmt.Errorf("evidence/postgres: chain head: %w", classify(err))
+	}
+	return chain.Bytes, seq, hash, nil
+}
+
+// ChainEvents returns one chain's events in sequence order.
+func (s *Store) ChainEvents(ctx context.Context, chainID uuid.UUID) ([]evidence.Event, error) {
+	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE chain_id = $1 ORDER BY chain_seq, id", pgUUID(chainID))
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: chain %s: %w", chainID, err)
+	}
+	return evs, nil
+}
+
+// Ping checks the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("evidence/postgres: ping: %w", classify(err))
+	}
+	return nil
+}
+
+// RawExec runs one statement outside the event model. It exists for tests
+// that prove the database itself refuses changes to evidence.
+func (s *Store) RawExec(ctx context.Context, sql string) error {
+	_, err := s.pool.Exec(ctx, sql)
+	return err
+}
+
+// Close stops maintenance and closes the pool.
+func (s *Store) Close() error {
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+		s.pool.Close()
+	})
+	return nil
+}

@@ -1,0 +1,325 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/portcullis/portcullis/evidence"
+)
+
+var _ evidence.Ledger = (*Store)(nil)
+
+func (s *Store) chains(ctx context.Context, q string) ([]evidence.ChainInfo, error) {
+	rows, err := s.reader.QueryContext(ctx, q)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var out []evidence.ChainInfo
+	for rows.Next() {
+		var (
+			id  string
+			max int64
+		)
+		if err := rows.Scan(&id, &max); err != nil {
+			return nil, classify(err)
+		}
+		u, err := uuid.Parse(id)
+		if err != nil {
+			return nil, fmt.Errorf("stored chain_id %q: %w", id, err)
+		}
+		out = append(out, evidence.ChainInfo{ChainID: u, MaxSeq: max})
+	}
+	return out, classify(rows.Err())
+}
+
+// Chains lists every chain in the events (a full scan; for verify).
+func (s *Store) Chains(ctx context.Context) ([]evidence.ChainInfo, error) {
+	cs, err := s.chains(ctx, "SELECT chain_id, max(chain_seq) FROM evidence_events GROUP BY chain_id ORDER BY chain_id")
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: chains: %w", err)
+	}
+	return cs, nil
+}
+
+// ActiveChains lists chains by their chain_start events (index probes).
+func (s *Store) ActiveChains(ctx context.Context) ([]evidence.ChainInfo, error) {
+	cs, err := s.chains(ctx, `SELECT c.chain_id,
+		(SELECT max(e.chain_seq) FROM evidence_events e WHERE e.chain_id = c.chain_id)
+		FROM evidence_events c WHERE c.kind = 'chain_start'`)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: active chains: %w", err)
+	}
+	return cs, nil
+}
+
+// ChainEventsFrom returns up to limit events of a chain from sequence from.
+func (s *Store) ChainEventsFrom(ctx context.Context, chainID uuid.UUID, from int64, limit int) ([]evidence.Event, error) {
+	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE chain_id = ? AND chain_seq >= ? ORDER BY chain_seq, id LIMIT ?",
+		chainID.String(), from, limit)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: chain %s from %d: %w", chainID, from, err)
+	}
+	return evs, nil
+}
+
+// EventsOfReceipt returns the events of one receipt.
+func (s *Store) EventsOfReceipt(ctx context.Context, id uuid.UUID) ([]evidence.Event, error) {
+	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE receipt_id = ? ORDER BY ts, id", id.String())
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: events of receipt %s: %w", id, err)
+	}
+	return evs, nil
+}
+
+// TreeHeads returns the tree size and each chain's last sequence in it.
+func (s *Store) TreeHeads(ctx context.Context) (int64, map[uuid.UUID]int64, error) {
+	var size int64
+	if err := s.reader.QueryRowContext(ctx, "SELECT coalesce(max(leaf_index) + 1, 0) FROM evidence_tree").Scan(&size); err != nil {
+		return 0, nil, fmt.Errorf("evidence/sqlite: tree size: %w", classify(err))
+	}
+	cs, err := s.chains(ctx, "SELECT chain_id, max(chain_seq) FROM evidence_tree GROUP BY chain_id")
+	if err != nil {
+		return 0, nil, fmt.Errorf("evidence/sqlite: tree heads: %w", err)
+	}
+	heads := make(map[uuid.UUID]int64, len(cs))
+	for _, c := range cs {
+		heads[c.ChainID] = c.MaxSeq
+	}
+	return size, heads, nil
+}
+
+// ReadHashes returns stored tree hashes by index.
+func (s *Store) ReadHashes(ctx context.Context, indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for k, i := range indexes {
+		var b []byte
+		if err := s.reader.QueryRowContext(ctx, "SELECT hash FROM evidence_tree_hashes WHERE idx = ?", i).Scan(&b); err != nil {
+			return nil, fmt.Errorf("evidence/sqlite: tree hash %d: %w", i, classify(err))
+		}
+		copy(out[k][:], b)
+	}
+	return out, nil
+}
+
+// AppendTree commits one checkpointer pass in one transaction.
+func (s *Store) AppendTree(ctx context.Context, a evidence.TreeAppend) error {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("evidence/sqlite: append tree: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	for _, l := range a.Leaves {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO evidence_tree (leaf_index, event_id, event_ts, chain_id, chain_seq) VALUES (?, ?, ?, ?, ?)",
+			l.Index, l.EventID.String(), l.EventTime.UnixMicro(), l.ChainID.String(), l.ChainSeq); err != nil {
+			return fmt.Errorf("evidence/sqlite: append leaf %d: %w", l.Index, classify(err))
+		}
+	}
+	for i, h := range a.Hashes {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO evidence_tree_hashes (idx, hash) VALUES (?, ?)", i, h[:]); err != nil {
+			return fmt.Errorf("evidence/sqlite: append tree hash %d: %w", i, classify(err))
+		}
+	}
+	cp := a.Checkpoint
+	if _, err := tx.ExecContext(ctx, "INSERT INTO evidence_checkpoints (tree_size, root_hash, note, created_at) VALUES (?, ?, ?, ?)",
+		cp.Size, cp.Root[:], cp.Note, cp.CreatedAt.UnixMicro()); err != nil {
+		return fmt.Errorf("evidence/sqlite: append checkpoint: %w", classify(err))
+	}
+	for k, n := range a.Rollup {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO evidence_rollup_hourly (hour, principal_id, tool, decision, n) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (hour, principal_id, tool, decision) DO UPDATE SET n = n + excluded.n`,
+			k.Hour.UnixMicro(), k.PrincipalID, k.Tool, k.Decision, n); err != nil {
+			return fmt.Errorf("evidence/sqlite: rollup: %w", classify(err))
+		}
+	}
+	for k, n := range a.RuleRollup {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO evidence_rollup_rules_hourly (hour, rule_id, n) VALUES (?, ?, ?)
+			ON CONFLICT (hour, rule_id) DO UPDATE SET n = n + excluded.n`,
+			k.Hour.UnixMicro(), k.RuleID, n); err != nil {
+			return fmt.Errorf("evidence/sqlite: rule rollup: %w", classify(err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("evidence/sqlite: commit tree: %w", classify(err))
+	}
+	return nil
+}
+
+func (s *Store) checkpoints(ctx context.Context, q string) ([]evidence.StoredCheckpoint, error) {
+	rows, err := s.reader.QueryContext(ctx, q)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var out []evidence.StoredCheckpoint
+	for rows.Next() {
+		var (
+			c    evidence.StoredCheckpoint
+			root []byte
+			at   int64
+		)
+		if err := rows.Scan(&c.Size, &root, &c.Note, &at); err != nil {
+			return nil, classify(err)
+		}
+		copy(c.Root[:], root)
+		c.CreatedAt = time.UnixMicro(at).UTC()
+		out = append(out, c)
+	}
+	return out, classify(rows.Err())
+}
+
+// Checkpoints lists stored checkpoints, smallest first.
+func (s *Store) Checkpoints(ctx context.Context) ([]evidence.StoredCheckpoint, error) {
+	cps, err := s.checkpoints(ctx, "SELECT tree_size, root_hash, note, created_at FROM evidence_checkpoints ORDER BY tree_size")
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: checkpoints: %w", err)
+	}
+	return cps, nil
+}
+
+// LatestCheckpoint returns the largest checkpoint or evidence.ErrNotFound.
+func (s *Store) LatestCheckpoint(ctx context.Context) (evidence.StoredCheckpoint, error) {
+	cps, err := s.checkpoints(ctx, "SELECT tree_size, root_hash, note, created_at FROM evidence_checkpoints ORDER BY tree_size DESC LIMIT 1")
+	if err != nil {
+		return evidence.StoredCheckpoint{}, fmt.Errorf("evidence/sqlite: latest checkpoint: %w", err)
+	}
+	if len(cps) == 0 {
+		return evidence.StoredCheckpoint{}, fmt.Errorf("no checkpoint yet: %w", evidence.ErrNotFound)
+	}
+	return cps[0], nil
+}
+
+func (s *Store) leaves(ctx context.Context, q string, args ...any) ([]evidence.Leaf, error) {
+	rows, err := s.reader.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var out []evidence.Leaf
+	for rows.Next() {
+		var (
+			l         evidence.Leaf
+			id, chain string
+			ts        int64
+		)
+		if err := rows.Scan(&l.Index, &id, &ts, &chain, &l.ChainSeq); err != nil {
+			return nil, classify(err)
+		}
+		var err error
+		if l.EventID, err = uuid.Parse(id); err != nil {
+			return nil, fmt.Errorf("stored event_id %q: %w", id, err)
+		}
+		if l.ChainID, err = uuid.Parse(chain); err != nil {
+			return nil, fmt.Errorf("stored chain_id %q: %w", chain, err)
+		}
+		l.EventTime = time.UnixMicro(ts).UTC()
+		out = append(out, l)
+	}
+	return out, classify(rows.Err())
+}
+
+// LeafOf returns the leaf of an event or evidence.ErrNotFound.
+func (s *Store) LeafOf(ctx context.Context, eventID uuid.UUID) (evidence.Leaf, error) {
+	ls, err := s.leaves(ctx, "SELECT leaf_index, event_id, event_ts, chain_id, chain_seq FROM evidence_tree WHERE event_id = ?", eventID.String())
+	if err != nil {
+		return evidence.Leaf{}, fmt.Errorf("evidence/sqlite: leaf of %s: %w", eventID, err)
+	}
+	if len(ls) == 0 {
+		return evidence.Leaf{}, fmt.Errorf("event %s is not in the tree yet: %w", eventID, evidence.ErrNotFound)
+	}
+	return ls[0], nil
+}
+
+// Leaves returns up to limit leaves from index from.
+func (s *Store) Leaves(ctx context.Context, from int64, limit int) ([]evidence.Leaf, error) {
+	ls, err := s.leaves(ctx, "SELECT leaf_index, event_id, event_ts, chain_id, chain_seq FROM evidence_tree WHERE leaf_index >= ? ORDER BY leaf_index LIMIT ?", from, limit)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: leaves: %w", err)
+	}
+	return ls, nil
+}
+
+// Stats sums the hourly rollups (decisions, migration 00002; rule ids,
+// migration 00006) into hour or day buckets: two range scans of their
+// primary keys, never of the events.
+func (s *Store) Stats(ctx context.Context, q evidence.StatsQuery) ([]evidence.StatsBucket, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly
+		WHERE hour >= ? AND hour < ? ORDER BY hour`, q.Since.UnixMicro(), q.Until.UnixMicro())
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: stats: %w", classify(err))
+	}
+	defer rows.Close()
+	var cells []evidence.RollupCell
+	for rows.Next() {
+		var (
+			c    evidence.RollupCell
+			hour int64
+		)
+		if err := rows.Scan(&hour, &c.PrincipalID, &c.Tool, &c.Decision, &c.N); err != nil {
+			return nil, fmt.Errorf("evidence/sqlite: stats: %w", classify(err))
+		}
+		c.Hour = time.UnixMicro(hour).UTC()
+		cells = append(cells, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: stats: %w", classify(err))
+	}
+	rules, err := s.ruleStats(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: rule stats: %w", err)
+	}
+	return evidence.Bucket(cells, rules, q), nil
+}
+
+func (s *Store) ruleStats(ctx context.Context, q evidence.StatsQuery) ([]evidence.RuleRollupCell, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT hour, rule_id, n FROM evidence_rollup_rules_hourly
+		WHERE hour >= ? AND hour < ? ORDER BY hour`, q.Since.UnixMicro(), q.Until.UnixMicro())
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var out []evidence.RuleRollupCell
+	for rows.Next() {
+		var (
+			c    evidence.RuleRollupCell
+			hour int64
+		)
+		if err := rows.Scan(&hour, &c.RuleID, &c.N); err != nil {
+			return nil, classify(err)
+		}
+		c.Hour = time.UnixMicro(hour).UTC()
+		out = append(out, c)
+	}
+	return out, classify(rows.Err())
+}
+
+// TryLead makes this Store the single checkpointer of the file, among
+// every Store and every process that opens it: it holds an exclusive,
+// non-blocking lock (flock) on the file "<path>-lead" until release. The
+// kernel drops the lock when the process dies, so a crashed leader never
+// blocks the next one.
+func (s *Store) TryLead(context.Context) (func(), bool, error) {
+	if !s.lead.TryLock() {
+		return nil, false, nil
+	}
+	unlock, ok, err := lockFile(s.leadPath)
+	if err != nil || !ok {
+		s.lead.Unlock()
+		if err != nil {
+			return nil, false, fmt.Errorf("evidence/sqlite: checkpointer lock %s: %w", s.leadPath, err)
+		}
+		return nil, false, nil
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			unlock()
+			s.lead.Unlock()
+		})
+	}, true, nil
+}

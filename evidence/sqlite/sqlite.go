@@ -1,0 +1,508 @@
+// Package sqlite is the embedded evidence store for single-node and --dev
+// use: one SQLite file in WAL mode with synchronous=FULL, exactly one writer
+// connection (SQLite serializes writers anyway; one connection makes that
+// explicit and lets the group-commit Writer batch) and a pool of read-only
+// connections. Triggers make the table append-only, as in PostgreSQL.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/pressly/goose/v3"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/evidence/internal/rowcodec"
+	"github.com/portcullis/portcullis/migrations"
+	"github.com/portcullis/portcullis/wire"
+)
+
+const versionTable = "portcullis_schema_version"
+
+// Store is the SQLite evidence.Store.
+type Store struct {
+	writer *sql.DB
+	reader *sql.DB
+	insert *sql.Stmt
+	// leadPath is the file whose lock elects the checkpointer among every
+	// process that opens the database (TryLead).
+	leadPath string
+	// lead is held by this Store's leader, so one Store never leads twice.
+	lead sync.Mutex
+}
+
+var _ evidence.Store = (*Store)(nil)
+
+func dsn(path string, readOnly bool) (string, error) {
+	if path == "" || strings.ContainsAny(path, "?#") {
+		return "", fmt.Errorf("evidence/sqlite: path %q must be non-empty and contain no '?' or '#'", path)
+	}
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + path + "?" + q.Encode(), nil
+}
+
+func openDB(path string, readOnly bool) (*sql.DB, error) {
+	d, err := dsn(path, readOnly)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", d)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// Open opens (creating if needed) the database file, applies pending
+// migrations and returns the store.
+func Open(ctx context.Context, path string) (*Store, error) {
+	w, err := openDB(path, false)
+	if err != nil {
+		return nil, err
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	if err := w.PingContext(ctx); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("evidence/sqlite: open %s: %w", path, classify(err))
+	}
+	if err := migrateLocked(ctx, path, w); err != nil {
+		w.Close()
+		return nil, err
+	}
+	r, err := openDB(path, true)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	r.SetMaxOpenConns(8)
+	r.SetMaxIdleConns(8)
+	ph := strings.TrimSuffix(strings.Repeat("?, ", len(rowcodec.Columns)), ", ")
+	ins, err := w.PrepareContext(ctx, "INSERT INTO evidence_events ("+strings.Join(rowcodec.Columns, ", ")+
+		") VALUES ("+ph+") ON CONFLICT(id) DO NOTHING")
+	if err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("evidence/sqlite: prepare insert: %w", classify(err))
+	}
+	return &Store{writer: w, reader: r, insert: ins, leadPath: path + "-lead"}, nil
+}
+
+// Migrate applies pending migrations to the database file.
+func Migrate(ctx context.Context, path string) error {
+	db, err := openDB(path, false)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	return migrateLocked(ctx, path, db)
+}
+
+// migrateLocked migrates while holding the file "<path>-migrate" locked, so
+// gateway processes starting at once on a fresh file migrate one after the
+// other (goose has no session locker for SQLite: each would otherwise read
+// the old version and re-run what another just applied).
+func migrateLocked(ctx context.Context, path string, db *sql.DB) error {
+	unlock, err := lockFileWait(ctx, path+"-migrate")
+	if err != nil {
+		return fmt.Errorf("evidence/sqlite: migration lock %s-migrate: %w", path, err)
+	}
+	defer unlock()
+	return migrateDB(ctx, db)
+}
+
+// MigrationStatus reports the applied schema version (0 on a fresh file)
+// and the newest this binary knows.
+func MigrationStatus(ctx context.Context, path string) (current, latest int64, err error) {
+	db, err := openDB(path, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	p, err := newProvider(db)
+	if err != nil {
+		return 0, 0, err
+	}
+	statuses, err := p.Status(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("evidence/sqlite: migration status: %w", classify(err))
+	}
+	for _, st := range statuses {
+		latest = max(latest, st.Source.Version)
+		if st.State == goose.StateApplied {
+			current = max(current, st.Source.Version)
+		}
+	}
+	return current, latest, nil
+}
+
+func newProvider(db *sql.DB) (*goose.Provider, error) {
+	sub, err := fs.Sub(migrations.FS, migrations.SQLiteDir)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: migrations: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub,
+		goose.WithTableName(versionTable),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithGoMigrations(holdsMigration()), // 5: legal holds (holds.go)
+		goose.WithSlog(slog.New(slog.DiscardHandler)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: migrations: %w", err)
+	}
+	return p, nil
+}
+
+func migrateDB(ctx context.Context, db *sql.DB) error {
+	p, err := newProvider(db)
+	if err != nil {
+		return err
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("evidence/sqlite: migrate: %w", classify(err))
+	}
+	return nil
+}
+
+// classify wraps failures of the file or its lock with
+// evidence.ErrUnavailable; constraint and trigger errors stay as they are.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL,
+			sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_PROTOCOL,
+			sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
+			return fmt.Errorf("%w: %w", evidence.ErrUnavailable, err)
+		}
+		return err
+	}
+	if errors.Is(err, sql.ErrConnDone) || errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "database is closed") {
+		return fmt.Errorf("%w: %w", evidence.ErrUnavailable, err)
+	}
+	return err
+}
+
+func nullable(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// Append inserts the events in one IMMEDIATE transaction on the single
+// writer connection; existing ids are skipped, so retries are idempotent.
+func (s *Store) Append(ctx context.Context, events []evidence.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("evidence/sqlite: append: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	stmt := tx.StmtContext(ctx, s.insert)
+	for _, e := range events {
+		j, err := rowcodec.Encode(e.Reasons, e.Args, e.Scope, e.Outcome)
+		if err != nil {
+			return fmt.Errorf("evidence/sqlite: append: %w: event %s: %w", evidence.ErrInvalidEvent, e.ID, err)
+		}
+		rules, err := rowcodec.RuleIDsJSON(e.RuleIDs)
+		if err != nil {
+			return fmt.Errorf("evidence/sqlite: append: %w: event %s: %w", evidence.ErrInvalidEvent, e.ID, err)
+		}
+		var parent any
+		if e.ParentReceiptID != nil {
+			parent = e.ParentReceiptID.String()
+		}
+		prev, hash := e.PrevHash, e.Hash
+		if prev == nil {
+			prev = []byte{}
+		}
+		if hash == nil {
+			hash = []byte{}
+		}
+		if _, err := stmt.ExecContext(ctx, e.Time.UnixMicro(), e.ID.String(), e.ReceiptID.String(), e.Kind,
+			e.InstanceID, e.PrincipalID, e.SessionID, e.CallID, e.Tool, e.Decision, nullable(j.Reasons),
+			e.PolicyRevision, e.ArgsSHA256, nullable(j.Args), nullable(j.Scope), e.TraceID, parent,
+			e.ErrorCode, nullable(j.Outcome), e.ChainID.String(), e.ChainSeq, prev, hash, nullable(e.Body),
+			nullable(rules)); err != nil {
+			return fmt.Errorf("evidence/sqlite: append event %s: %w", e.ID, classify(err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("evidence/sqlite: commit %d events: %w", len(events), classify(err))
+	}
+	return nil
+}
+
+var selectCols = strings.Join(rowcodec.Columns, ", ")
+
+func (s *Store) query(ctx context.Context, q string, args ...any) ([]evidence.Event, error) {
+	rows, err := s.reader.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var out []evidence.Event
+	for rows.Next() {
+		var (
+			e                   evidence.Event
+			ts                  int64
+			id, rid, chain      string
+			parent              sql.NullString
+			reasons, args, scop []byte
+			outcome, body       []byte
+			rules               []byte
+		)
+		if err := rows.Scan(&ts, &id, &rid, &e.Kind, &e.InstanceID, &e.PrincipalID, &e.SessionID,
+			&e.CallID, &e.Tool, &e.Decision, &reasons, &e.PolicyRevision, &e.ArgsSHA256, &args,
+			&scop, &e.TraceID, &parent, &e.ErrorCode, &outcome, &chain, &e.ChainSeq,
+			&e.PrevHash, &e.Hash, &body, &rules); err != nil {
+			return nil, classify(err)
+		}
+		if e.RuleIDs, err = rowcodec.DecodeRuleIDs(rules); err != nil {
+			return nil, fmt.Errorf("event %s: %w", e.ID, err)
+		}
+		if len(body) > 0 {
+			e.Body = json.RawMessage(body)
+		}
+		e.Time = time.UnixMicro(ts).UTC()
+		if len(e.PrevHash) == 0 {
+			e.PrevHash = nil
+		}
+		if len(e.Hash) == 0 {
+			e.Hash = nil
+		}
+		if e.ID, err = uuid.Parse(id); err != nil {
+			return nil, fmt.Errorf("stored id %q: %w", id, err)
+		}
+		if e.ReceiptID, err = uuid.Parse(rid); err != nil {
+			return nil, fmt.Errorf("stored receipt_id %q: %w", rid, err)
+		}
+		if e.ChainID, err = uuid.Parse(chain); err != nil {
+			return nil, fmt.Errorf("stored chain_id %q: %w", chain, err)
+		}
+		if parent.Valid {
+			p, err := uuid.Parse(parent.String)
+			if err != nil {
+				return nil, fmt.Errorf("stored parent_receipt_id %q: %w", parent.String, err)
+			}
+			e.ParentReceiptID = &p
+		}
+		if e.Reasons, e.Args, e.Scope, e.Outcome, err = rowcodec.Decode(rowcodec.JSON{Reasons: reasons, Args: args, Scope: scop, Outcome: outcome}); err != nil {
+			return nil, fmt.Errorf("event %s: %w", e.ID, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify(err)
+	}
+	return out, nil
+}
+
+// Receipt returns the receipt with that id, or evidence.ErrNotFound.
+func (s *Store) Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt, error) {
+	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE receipt_id = ?", id.String())
+	if err != nil {
+		return wire.Receipt{}, fmt.Errorf("evidence/sqlite: receipt %s: %w", id, err)
+	}
+	for _, e := range evs {
+		if e.Kind == evidence.KindDecision && e.ID == id {
+			return evidence.BuildReceipt(e, evidence.LatestOutcome(evs)), nil
+		}
+	}
+	return wire.Receipt{}, fmt.Errorf("receipt %s: %w", id, evidence.ErrNotFound)
+}
+
+// Receipts lists receipts newest first with keyset pagination over (ts, id).
+func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptList, error) {
+	p, err := f.Normalize()
+	if err != nil {
+		return wire.ReceiptList{}, err
+	}
+	where := []string{"kind = 'decision'"}
+	var args []any
+	add := func(cond string, v ...any) {
+		where = append(where, cond)
+		args = append(args, v...)
+	}
+	if p.Principal != "" {
+		add("principal_id = ?", p.Principal)
+	}
+	if p.Tool != "" {
+		add("tool = ?", p.Tool)
+	}
+	if p.Decision != "" {
+		add("decision = ?", p.Decision)
+	}
+	if p.SessionID != "" {
+		add("session_id = ?", p.SessionID)
+	}
+	// Outcome filters look at the latest outcome, exactly the one
+	// BuildReceipt shows (LatestOutcome: newest by ts, then id).
+	const latest = "(SELECT json_extract(o.outcome, '$.%s') FROM evidence_events o WHERE o.receipt_id = evidence_events.id" +
+		" AND o.kind = 'outcome' ORDER BY o.ts DESC, o.id DESC LIMIT 1)"
+	switch p.Status {
+	case "":
+	case wire.StatusPending:
+		add("NOT EXISTS (SELECT 1 FROM evidence_events o WHERE o.receipt_id = evidence_events.id AND o.kind = 'outcome')")
+	default:
+		add(fmt.Sprintf(latest, "status")+" = ?", p.Status)
+	}
+	if p.ErrorCode != "" {
+		add(fmt.Sprintf(latest, "error_code")+" = ?", p.ErrorCode)
+	}
+	if p.Rule != "" {
+		// evidence_rule_ids is the index of rule_ids (migration 00004).
+		add("id IN (SELECT event_id FROM evidence_rule_ids WHERE rule_id = ?)", p.Rule)
+	}
+	if !p.Since.IsZero() {
+		add("ts >= ?", evidence.NormalizeTime(p.Since).UnixMicro())
+	}
+	if !p.Until.IsZero() {
+		add("ts < ?", evidence.NormalizeTime(p.Until).UnixMicro())
+	}
+	if p.After {
+		add("(ts, id) < (?, ?)", p.AfterTime.UnixMicro(), p.AfterID.String())
+	}
+	args = append(args, p.Limit+1)
+	decisions, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE "+strings.Join(where, " AND ")+
+		" ORDER BY ts DESC, id DESC LIMIT ?", args...)
+	if err != nil {
+		return wire.ReceiptList{}, fmt.Errorf("evidence/sqlite: list receipts: %w", err)
+	}
+	list := wire.ReceiptList{Receipts: []wire.Receipt{}}
+	if len(decisions) > p.Limit {
+		decisions = decisions[:p.Limit]
+		last := decisions[len(decisions)-1]
+		list.NextCursor = evidence.EncodeCursor(last.Time, last.ID)
+	}
+	if len(decisions) == 0 {
+		return list, nil
+	}
+	ids := make([]any, len(decisions))
+	for i, d := range decisions {
+		ids[i] = d.ID.String()
+	}
+	outs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind = 'outcome' AND receipt_id IN ("+
+		strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")+")", ids...)
+	if err != nil {
+		return wire.ReceiptList{}, fmt.Errorf("evidence/sqlite: list outcomes: %w", err)
+	}
+	byReceipt := make(map[uuid.UUID][]evidence.Event, len(outs))
+	for _, o := range outs {
+		byReceipt[o.ReceiptID] = append(byReceipt[o.ReceiptID], o)
+	}
+	for _, d := range decisions {
+		list.Receipts = append(list.Receipts, evidence.BuildReceipt(d, evidence.LatestOutcome(byReceipt[d.ID])))
+	}
+	return list, nil
+}
+
+// PendingDecisions lists the instance's allow decisions without outcome.
+func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT d.id FROM evidence_events d
+		WHERE d.kind = 'decision' AND d.decision = 'allow' AND d.instance_id = ?
+		AND NOT EXISTS (SELECT 1 FROM evidence_events o WHERE o.receipt_id = d.id AND o.kind = 'outcome')
+		ORDER BY d.ts, d.id`, instanceID)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: pending decisions: %w", classify(err))
+	}
+	defer rows.Close()
+	var ids []uuid.UUID
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, fmt.Errorf("evidence/sqlite: pending decisions: %w", classify(err))
+		}
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return nil, fmt.Errorf("evidence/sqlite: stored id %q: %w", s, err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: pending decisions: %w", classify(err))
+	}
+	return ids, nil
+}
+
+// ChainHead returns the newest chain's last event of the instance.
+func (s *Store) ChainHead(ctx context.Context, instanceID string) (uuid.UUID, int64, []byte, error) {
+	var (
+		chain string
+		seq   int64
+		hash  []byte
+	)
+	err := s.reader.QueryRowContext(ctx, `SELECT chain_id, chain_seq, hash FROM evidence_events
+		WHERE instance_id = ? ORDER BY chain_id DESC, chain_seq DESC LIMIT 1`, instanceID).Scan(&chain, &seq, &hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return uuid.Nil, 0, nil, nil
+	}
+	if err != nil {
+		return uuid.Nil, 0, nil, fmt.Errorf("evidence/sqlite: chain head: %w", classify(err))
+	}
+	id, err := uuid.Parse(chain)
+	if err != nil {
+		return uuid.Nil, 0, nil, fmt.Errorf("evidence/sqlite: stored chain_id %q: %w", chain, err)
+	}
+	return id, seq, hash, nil
+}
+
+// ChainEvents returns one chain's events in sequence order.
+func (s *Store) ChainEvents(ctx context.Context, chainID uuid.UUID) ([]evidence.Event, error) {
+	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE chain_id = ? ORDER BY chain_seq, id", chainID.String())
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: chain %s: %w", chainID, err)
+	}
+	return evs, nil
+}
+
+// Ping checks the file can be read.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.reader.PingContext(ctx); err != nil {
+		return fmt.Errorf("evidence/sqlite: ping: %w", classify(err))
+	}
+	return nil
+}
+
+// RawExec runs one statement on the writer connection outside the event
+// model. It exists for tests that prove the database refuses changes.
+func (s *Store) RawExec(ctx context.Context, q string) error {
+	_, err := s.writer.ExecContext(ctx, q)
+	return err
+}
+
+// Close closes both connection pools.
+func (s *Store) Close() error {
+	return errors.Join(s.insert.Close(), s.reader.Close(), s.writer.Close())
+}

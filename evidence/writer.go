@@ -1,0 +1,554 @@
+package evidence
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/portcullis/portcullis/wire"
+)
+
+// WriterOptions configure a Writer. Zero values take the defaults.
+type WriterOptions struct {
+	// InstanceID names this gateway instance in every event it writes and
+	// keys its hash chains. Default: the host name.
+	InstanceID string
+	// MaxBatch caps the events of one commit (default 500). The events of
+	// one Append call are never split, so a larger call commits alone.
+	MaxBatch int
+	// CommitTimeout bounds one commit, including the chain-head lookup
+	// (default 10s). A store slower than this counts as unavailable.
+	CommitTimeout time.Duration
+	// Logger receives commit failures (never event contents). Default:
+	// discard.
+	Logger *slog.Logger
+	// Now is the clock for events without a time and for chain starts.
+	Now func() time.Time
+}
+
+// Writer makes evidence durable with group commit: one goroutine commits
+// whatever queued while the previous commit ran (natural batching, no timer
+// window), so many concurrent calls share one transaction and one fsync. It
+// also keeps this process's hash chain: Append computes each event's content
+// digest in the caller's goroutine, and the commit goroutine, the one serial
+// path, only links digests in order (ChainLinkHash). Append returns only
+// after COMMIT.
+type Writer struct {
+	store Store
+	opts  WriterOptions
+
+	mu     sync.Mutex
+	queue  []*request
+	closed bool
+	wake   chan struct{}
+	done   chan struct{}
+
+	healthy atomic.Bool
+
+	// Chain state, owned by the loop goroutine.
+	chainID uuid.UUID
+	seq     int64
+	head    []byte
+	started bool // a chain_start of chainID is committed
+	dirty   bool // a commit failed: re-read the head before the next one
+
+	// unhashed skips the content digest and the link hash of every event
+	// but chain_start. Only the writer benchmark sets it (export_test.go),
+	// to measure what the chains cost; such events do not verify.
+	unhashed bool
+}
+
+type request struct {
+	ctx    context.Context
+	events []Event
+	// digests[i] is ContentDigest(events[i]), computed by the appending
+	// goroutine so the commit loop only links (nil when unhashed).
+	digests []Digest
+	done    chan error
+}
+
+// NewWriter starts the writer's goroutine. Close stops it.
+func NewWriter(store Store, opts WriterOptions) *Writer {
+	return newWriter(store, opts, false)
+}
+
+func newWriter(store Store, opts WriterOptions, unhashed bool) *Writer {
+	if opts.InstanceID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "unknown"
+		}
+		opts.InstanceID = host
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 500
+	}
+	if opts.CommitTimeout <= 0 {
+		opts.CommitTimeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	w := &Writer{
+		store: store,
+		opts:  opts,
+		wake:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
+
+		unhashed: unhashed,
+	}
+	w.healthy.Store(true)
+	go w.loop()
+	return w
+}
+
+// InstanceID is the instance name the writer stamps on its events.
+func (w *Writer) InstanceID() string { return w.opts.InstanceID }
+
+// Healthy reports whether the last commit succeeded, for /readyz: after a
+// failure it stays false until a commit succeeds again.
+func (w *Writer) Healthy() bool { return w.healthy.Load() }
+
+// Append queues events and blocks until they are durably committed, all in
+// one transaction. Events without an ID or time get one (set ID yourself to
+// know it: events are passed by value). An error means the events must be
+// treated as not durable — when ctx ends first, they may still commit
+// later, but the caller is never told they did. Errors wrap ErrUnavailable
+// when the store is unreachable and ErrInvalidEvent for malformed events.
+func (w *Writer) Append(ctx context.Context, events ...Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	prepared := make([]Event, len(events))
+	var digests []Digest
+	if !w.unhashed {
+		digests = make([]Digest, len(events))
+	}
+	for i, e := range events {
+		p, err := w.prepare(e)
+		if err != nil {
+			return err
+		}
+		prepared[i] = p
+		if digests != nil {
+			// The expensive part of the chain hash (canonical encoding and
+			// SHA-256 of the whole content) runs here, in the caller's
+			// goroutine, in parallel with other appends and with the
+			// commit in progress.
+			if digests[i], err = ContentDigest(p); err != nil {
+				return fmt.Errorf("%w: %v", ErrInvalidEvent, err)
+			}
+		}
+	}
+	r := &request{ctx: ctx, events: prepared, digests: digests, done: make(chan error, 1)}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	w.queue = append(w.queue, r)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("evidence: append abandoned before commit was confirmed: %w", ctx.Err())
+	}
+}
+
+// Close commits what is queued and stops the writer. Appends after Close
+// fail with ErrClosed.
+func (w *Writer) Close(ctx context.Context) error {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("evidence: close writer: %w", ctx.Err())
+	}
+}
+
+// prepare checks one event and normalizes it into the exact form a store
+// round trip gives back, so its hash recomputes from stored rows.
+func (w *Writer) prepare(e Event) (Event, error) {
+	switch e.Kind {
+	case KindDecision:
+		if e.ID == uuid.Nil {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return Event{}, fmt.Errorf("evidence: new event id: %w", err)
+			}
+			e.ID = id
+		}
+		if e.ReceiptID == uuid.Nil {
+			e.ReceiptID = e.ID
+		}
+		if e.ReceiptID != e.ID {
+			return Event{}, fmt.Errorf("%w: decision %s must be its own receipt, got receipt_id %s", ErrInvalidEvent, e.ID, e.ReceiptID)
+		}
+		switch e.Decision {
+		case wire.DecisionAllow, wire.DecisionDeny, wire.DecisionInvalid:
+		default:
+			return Event{}, fmt.Errorf("%w: decision %s: decision must be allow, deny or invalid, got %q", ErrInvalidEvent, e.ID, e.Decision)
+		}
+	case KindOutcome:
+		if e.ID == uuid.Nil {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return Event{}, fmt.Errorf("evidence: new event id: %w", err)
+			}
+			e.ID = id
+		}
+		if e.ReceiptID == uuid.Nil {
+			return Event{}, fmt.Errorf("%w: outcome %s names no receipt", ErrInvalidEvent, e.ID)
+		}
+		if e.Outcome == nil || e.Outcome.Status == "" {
+			return Event{}, fmt.Errorf("%w: outcome %s has no status", ErrInvalidEvent, e.ID)
+		}
+	case KindPolicyActivated, KindShadowDiff, KindCheckpoint, KindRetention, KindLegalHold, KindLegalHoldRelease:
+		if e.ID == uuid.Nil {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return Event{}, fmt.Errorf("evidence: new event id: %w", err)
+			}
+			e.ID = id
+		}
+		if e.ReceiptID == uuid.Nil {
+			e.ReceiptID = e.ID
+		}
+		if len(e.Body) == 0 {
+			return Event{}, fmt.Errorf("%w: %s event %s has no body", ErrInvalidEvent, e.Kind, e.ID)
+		}
+		if e.Decision != "" || e.Outcome != nil || e.Scope != nil {
+			return Event{}, fmt.Errorf("%w: %s event %s carries decision or outcome fields", ErrInvalidEvent, e.Kind, e.ID)
+		}
+	case KindChainStart:
+		return Event{}, fmt.Errorf("%w: chain_start events are written by the Writer only", ErrInvalidEvent)
+	default:
+		return Event{}, fmt.Errorf("%w: unknown kind %q", ErrInvalidEvent, e.Kind)
+	}
+	if e.Time.IsZero() {
+		e.Time = w.opts.Now()
+	}
+	e.Time = NormalizeTime(e.Time)
+	e.InstanceID = w.opts.InstanceID
+	e.PrincipalID = cleanText(e.PrincipalID)
+	e.SessionID = cleanText(e.SessionID)
+	e.CallID = cleanText(e.CallID)
+	e.Tool = cleanText(e.Tool)
+	e.PolicyRevision = cleanText(e.PolicyRevision)
+	e.ArgsSHA256 = cleanText(e.ArgsSHA256)
+	e.TraceID = cleanText(e.TraceID)
+	e.ErrorCode = cleanText(e.ErrorCode)
+	if len(e.RuleIDs) > 0 {
+		if e.Kind != KindDecision {
+			return Event{}, fmt.Errorf("%w: %s event %s carries rule ids", ErrInvalidEvent, e.Kind, e.ID)
+		}
+		if len(e.RuleIDs) > wire.MaxRuleIDs {
+			return Event{}, fmt.Errorf("%w: decision %s has %d rule ids, more than %d", ErrInvalidEvent, e.ID, len(e.RuleIDs), wire.MaxRuleIDs)
+		}
+		for _, r := range e.RuleIDs {
+			if !wire.ValidRuleID(r) {
+				return Event{}, fmt.Errorf("%w: decision %s: rule id %q is not one", ErrInvalidEvent, e.ID, r)
+			}
+		}
+		e.RuleIDs = append([]string(nil), e.RuleIDs...)
+	} else {
+		e.RuleIDs = nil
+	}
+	if e.Reasons != nil {
+		rs := make([]string, len(e.Reasons))
+		for i, r := range e.Reasons {
+			rs[i] = cleanText(r)
+		}
+		e.Reasons = rs
+	}
+	if len(e.Args) > 0 {
+		if !utf8.Valid(e.Args) || !json.Valid(e.Args) {
+			return Event{}, fmt.Errorf("%w: event %s: args are not valid UTF-8 JSON", ErrInvalidEvent, e.ID)
+		}
+		e.Args = append(json.RawMessage(nil), e.Args...)
+	} else {
+		e.Args = nil
+	}
+	if len(e.Body) > 0 {
+		if !utf8.Valid(e.Body) || !json.Valid(e.Body) {
+			return Event{}, fmt.Errorf("%w: event %s: body is not valid UTF-8 JSON", ErrInvalidEvent, e.ID)
+		}
+		e.Body = append(json.RawMessage(nil), e.Body...)
+	} else {
+		e.Body = nil
+	}
+	if e.Scope != nil {
+		var s wire.Scope
+		if err := roundTrip(e.Scope, &s); err != nil {
+			return Event{}, fmt.Errorf("%w: event %s scope: %v", ErrInvalidEvent, e.ID, err)
+		}
+		e.Scope = &s
+	}
+	if e.Outcome != nil {
+		var o wire.Outcome
+		if err := roundTrip(e.Outcome, &o); err != nil {
+			return Event{}, fmt.Errorf("%w: event %s outcome: %v", ErrInvalidEvent, e.ID, err)
+		}
+		e.Outcome = &o
+	}
+	if e.ParentReceiptID != nil {
+		p := *e.ParentReceiptID
+		e.ParentReceiptID = &p
+	}
+	e.ChainID, e.ChainSeq, e.PrevHash, e.Hash = uuid.Nil, 0, nil, nil
+	return e, nil
+}
+
+// NormalizeTime is the form every store keeps: UTC, microsecond precision
+// (PostgreSQL's), so a stored event hashes like the one written.
+func NormalizeTime(t time.Time) time.Time {
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+// cleanText makes a string storable in every store: valid UTF-8, no NUL.
+func cleanText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
+}
+
+func roundTrip(in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
+
+func (w *Writer) loop() {
+	defer close(w.done)
+	for {
+		batch, closed := w.take()
+		if len(batch) > 0 {
+			w.flush(batch)
+			continue
+		}
+		if closed {
+			return
+		}
+		<-w.wake
+	}
+}
+
+// take removes the next batch from the queue: whole requests, up to
+// MaxBatch events (a single larger request goes alone).
+func (w *Writer) take() ([]*request, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, total := 0, 0
+	for n < len(w.queue) {
+		k := len(w.queue[n].events)
+		if n > 0 && total+k > w.opts.MaxBatch {
+			break
+		}
+		total += k
+		n++
+	}
+	batch := make([]*request, n)
+	copy(batch, w.queue[:n])
+	rest := copy(w.queue, w.queue[n:])
+	clear(w.queue[rest:])
+	w.queue = w.queue[:rest]
+	return batch, w.closed
+}
+
+func (w *Writer) flush(batch []*request) {
+	live := batch[:0]
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.done <- fmt.Errorf("evidence: append abandoned before commit: %w", err)
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	err := w.commit(live)
+	if err != nil && !errors.Is(err, ErrUnavailable) && len(live) > 1 {
+		// Not a connectivity failure: one request may be poison. Commit
+		// each alone so it fails only its own caller.
+		for _, r := range live {
+			r.done <- w.commit([]*request{r})
+		}
+		return
+	}
+	for _, r := range live {
+		r.done <- err
+	}
+}
+
+// commit chains the batch's events and appends them in one transaction. On
+// failure the chain state falls back to the last committed head and is
+// re-read from the store before the next commit, so the chain never has a
+// hole nor a repeated sequence number even after an unknown commit result.
+func (w *Writer) commit(batch []*request) error {
+	ctx, cancel := context.WithTimeout(context.Background(), w.opts.CommitTimeout)
+	defer cancel()
+	n := 0
+	for _, r := range batch {
+		n += len(r.events)
+	}
+	err := w.commitEvents(ctx, batch, n)
+	if err != nil {
+		w.healthy.Store(false)
+		w.dirty = true
+		w.opts.Logger.Error("evidence commit failed", "events", n, "requests", len(batch), "error", err.Error())
+		return fmt.Errorf("evidence: commit of %d events: %w", n, err)
+	}
+	w.healthy.Store(true)
+	return nil
+}
+
+func (w *Writer) commitEvents(ctx context.Context, batch []*request, n int) error {
+	if w.dirty && w.started {
+		chainID, seq, hash, err := w.store.ChainHead(ctx, w.opts.InstanceID)
+		if err != nil {
+			return fmt.Errorf("re-read chain head: %w", err)
+		}
+		if chainID == w.chainID {
+			w.seq, w.head = seq, hash
+		} else {
+			w.started = false
+		}
+	}
+	w.dirty = false
+	events := make([]Event, 0, n+1)
+	chainID, seq, head := w.chainID, w.seq, w.head
+	if !w.started {
+		start, err := w.chainStart(ctx)
+		if err != nil {
+			return err
+		}
+		chainID, seq, head = start.ChainID, 1, start.Hash
+		events = append(events, start)
+	}
+	// One allocation holds every hash of the batch; linking is one SHA-256
+	// of 88 bytes per event.
+	var hashes []byte
+	if !w.unhashed {
+		if len(head) != HashSize {
+			return fmt.Errorf("chain %s head at seq %d has a %d-byte hash, want %d", chainID, seq, len(head), HashSize)
+		}
+		hashes = make([]byte, 0, n*HashSize)
+	}
+	for _, r := range batch {
+		for i, e := range r.events {
+			seq++
+			e.ChainID, e.ChainSeq, e.PrevHash = chainID, seq, head
+			if !w.unhashed {
+				hashes = linkHash(hashes, head, chainID, seq, r.digests[i])
+				e.Hash = hashes[len(hashes)-HashSize : len(hashes) : len(hashes)]
+				head = e.Hash
+			}
+			events = append(events, e)
+		}
+	}
+	if err := w.store.Append(ctx, events); err != nil {
+		return err
+	}
+	w.chainID, w.seq, w.head, w.started = chainID, seq, head, true
+	return nil
+}
+
+// chainStart builds the first event of a new chain, linked to the head of
+// the instance's previous chain.
+func (w *Writer) chainStart(ctx context.Context) (Event, error) {
+	prevChain, prevSeq, prevHash, err := w.store.ChainHead(ctx, w.opts.InstanceID)
+	if err != nil {
+		return Event{}, fmt.Errorf("read chain head: %w", err)
+	}
+	link := ChainLink{PrevChainSeq: prevSeq}
+	if prevChain != uuid.Nil {
+		link.PrevChainID = prevChain.String()
+	}
+	if len(prevHash) != HashSize {
+		prevHash = make([]byte, HashSize)
+	}
+	link.PrevHash = hex.EncodeToString(prevHash)
+	body, err := json.Marshal(link)
+	if err != nil {
+		return Event{}, fmt.Errorf("encode chain link: %w", err)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Event{}, fmt.Errorf("new chain id: %w", err)
+	}
+	e := Event{
+		ID:         id,
+		ReceiptID:  id,
+		Kind:       KindChainStart,
+		Time:       NormalizeTime(w.opts.Now()),
+		InstanceID: w.opts.InstanceID,
+		Args:       body,
+		ChainID:    id,
+		ChainSeq:   1,
+		PrevHash:   prevHash,
+	}
+	h, err := ChainHash(prevHash, e)
+	if err != nil {
+		return Event{}, err
+	}
+	e.Hash = h
+	return e, nil
+}
+
+// RecoverInterrupted runs at start, before the instance serves: every allow
+// decision of instanceID still without an outcome belongs to a call that was
+// in flight when the previous process died, so it gets an outcome event
+// with status "interrupted". It returns how many were recovered.
+func RecoverInterrupted(ctx context.Context, store Store, w *Writer, instanceID string) (int, error) {
+	pending, err := store.PendingDecisions(ctx, instanceID)
+	if err != nil {
+		return 0, fmt.Errorf("evidence: list pending decisions of %q: %w", instanceID, err)
+	}
+	done := 0
+	const chunk = 500
+	for len(pending) > 0 {
+		k := min(chunk, len(pending))
+		events := make([]Event, k)
+		for i, id := range pending[:k] {
+			events[i] = Event{
+				Kind:      KindOutcome,
+				ReceiptID: id,
+				Outcome:   &wire.Outcome{Status: wire.StatusInterrupted},
+			}
+		}
+		if err := w.Append(ctx, events...); err != nil {
+			return done, fmt.Errorf("evidence: record interrupted outcomes: %w", err)
+		}
+		done += k
+		pending = pending[k:]
+	}
+	return done, nil
+}

@@ -1,0 +1,489 @@
+// Package config reads the gateway's one YAML file, applies PORTCULLIS_*
+// environment overrides and validates the result, naming the key at fault, so
+// that a bad deployment fails at start rather than on the first call.
+package config
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole gateway configuration (CONTRACT section 7).
+type Config struct {
+	Listen      string `yaml:"listen"`
+	DatabaseURL string `yaml:"database_url"`
+	DataDir     string `yaml:"data_dir"`
+	// InstanceID names this gateway process in evidence; a restarted
+	// instance with the same id marks its own unfinished calls interrupted.
+	InstanceID   string      `yaml:"instance_id"`
+	LogLevel     string      `yaml:"log_level"`
+	MaxBodyBytes int64       `yaml:"max_body_bytes"`
+	HTTP         HTTP        `yaml:"http"`
+	Policy       Policy      `yaml:"policy"`
+	Evidence     Evidence    `yaml:"evidence"`
+	Principals   []Principal `yaml:"principals"`
+	Sandbox      Sandbox     `yaml:"sandbox"`
+	Tools        Tools       `yaml:"tools"`
+	MCP          MCP         `yaml:"mcp"`
+	Debug        Debug       `yaml:"debug"`
+}
+
+// Debug configures the opt-in diagnostics listener.
+type Debug struct {
+	// Listen, when set, serves net/http/pprof on its own loopback-only
+	// server (host:port); empty (the default) serves nothing. It has no
+	// authentication, so a non-loopback address is refused.
+	Listen string `yaml:"listen"`
+}
+
+// HTTP bounds the API server's connections, so slow or hostile clients
+// (slowloris, idle floods, huge headers) cannot hold the gateway's memory or
+// goroutines for long.
+type HTTP struct {
+	// ReadHeaderTimeout bounds reading a request's headers.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading a whole request, body included.
+	ReadTimeout Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds a request from the end of its headers to the end
+	// of the answer; it must outlast the longest Exec (600 s).
+	WriteTimeout Duration `yaml:"write_timeout"`
+	// IdleTimeout closes keep-alive connections idle this long.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes bounds the request line and headers; more is 431.
+	MaxHeaderBytes int64 `yaml:"max_header_bytes"`
+}
+
+// MCP configures the /mcp endpoint.
+type MCP struct {
+	// AllowedOrigins are the browser origins (scheme://host[:port]) that
+	// may call /mcp; a request with any other Origin header is refused
+	// (DNS-rebinding defence). Clients that send no Origin are unaffected.
+	AllowedOrigins []string `yaml:"allowed_origins"`
+}
+
+// Tools configures built-in tools that need something outside the gateway.
+type Tools struct {
+	// Deno is the deno binary code.run runs (PORTCULLIS_TOOLS_DENO).
+	// Empty: PORTCULLIS_DENO, then ./.tools (where the test command
+	// installs it), then deno on PATH; none found means code.run answers
+	// backend_unavailable.
+	Deno string `yaml:"deno"`
+}
+
+// Policy says where the Rego bundle comes from.
+type Policy struct {
+	Bundle          string   `yaml:"bundle"`
+	VerificationKey string   `yaml:"verification_key"`
+	KeyID           string   `yaml:"key_id"`
+	PollInterval    Duration `yaml:"poll_interval"`
+	ShadowBundle    string   `yaml:"shadow_bundle"`
+	// BearerTokenFile holds the token sent to an http(s) bundle service.
+	BearerTokenFile string `yaml:"bearer_token_file"`
+	// RunTests makes every bundle pass its own Rego tests before it goes
+	// live (default true).
+	RunTests bool `yaml:"run_tests"`
+	// FetchTimeout bounds one fetch from an http(s) bundle service; a
+	// slower service counts as a failed fetch (the live policy stays).
+	FetchTimeout Duration `yaml:"fetch_timeout"`
+}
+
+// Evidence configures the receipt store's integrity features.
+type Evidence struct {
+	SigningKey         string   `yaml:"signing_key"`
+	CheckpointInterval Duration `yaml:"checkpoint_interval"`
+	CheckpointDir      string   `yaml:"checkpoint_dir"`
+	Retention          Duration `yaml:"retention"`
+}
+
+// Principal is a configured caller; only the SHA-256 of its key is stored.
+type Principal struct {
+	ID           string         `yaml:"id" json:"id"`
+	Roles        []string       `yaml:"roles" json:"roles"`
+	Attributes   map[string]any `yaml:"attributes" json:"attributes"`
+	APIKeySHA256 string         `yaml:"api_key_sha256" json:"api_key_sha256"`
+}
+
+// Sandbox chooses the Exec backend.
+type Sandbox struct {
+	Backend string `yaml:"backend"`
+	Require bool   `yaml:"require"`
+}
+
+// Duration is a time.Duration that also accepts a "d" (days) suffix, since
+// retention periods are written in days.
+type Duration time.Duration
+
+// UnmarshalYAML accepts "30s", "10m", "400d".
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if err := d.set(n.Value); err != nil {
+		return &lineError{line: n.Line, err: err}
+	}
+	return nil
+}
+
+// lineError carries the YAML line of a bad value so Parse can name its key.
+type lineError struct {
+	line int
+	err  error
+}
+
+func (e *lineError) Error() string { return e.err.Error() }
+
+func (d *Duration) set(s string) error {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		*d = 0
+		return nil
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil {
+			return fmt.Errorf("invalid duration %q: want e.g. 30s, 10m, 400d", s)
+		}
+		*d = Duration(time.Duration(n * float64(24*time.Hour)))
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q: want e.g. 30s, 10m, 400d", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Std returns the value as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// ShippedBundle as policy.bundle names the policy library compiled into the
+// binary (policies/bundle in the source tree).
+const ShippedBundle = "shipped"
+
+// Default returns the configuration used when a key is not set.
+func Default() Config {
+	return Config{
+		Listen:       "127.0.0.1:8080",
+		DataDir:      "./.portcullis",
+		LogLevel:     "info",
+		MaxBodyBytes: 8 << 20,
+		HTTP: HTTP{
+			ReadHeaderTimeout: Duration(10 * time.Second),
+			ReadTimeout:       Duration(60 * time.Second),
+			WriteTimeout:      Duration(11 * time.Minute),
+			IdleTimeout:       Duration(120 * time.Second),
+			MaxHeaderBytes:    64 << 10,
+		},
+		Policy: Policy{Bundle: ShippedBundle, PollInterval: Duration(30 * time.Second), RunTests: true,
+			FetchTimeout: Duration(60 * time.Second)},
+		Evidence: Evidence{
+			CheckpointInterval: Duration(10 * time.Second),
+			Retention:          Duration(400 * 24 * time.Hour),
+		},
+		Sandbox: Sandbox{Backend: "auto"},
+	}
+}
+
+// Load reads path (may be empty: defaults only), applies environment
+// overrides from environ and validates.
+func Load(path string, environ []string) (Config, error) {
+	cfg := Default()
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		if err := Parse(b, &cfg); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := ApplyEnv(&cfg, environ); err != nil {
+		return Config{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Parse decodes YAML strictly into cfg: an unknown key is an error naming it.
+func Parse(b []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	err := dec.Decode(cfg)
+	if err == nil || errors.Is(err, io.EOF) {
+		return nil
+	}
+	var le *lineError
+	if errors.As(err, &le) {
+		var root yaml.Node
+		if yaml.Unmarshal(b, &root) == nil {
+			if key := keyAtLine(&root, le.line, ""); key != "" {
+				return fmt.Errorf("config: %s: %w", key, le.err)
+			}
+		}
+		return fmt.Errorf("config: line %d: %w", le.line, le.err)
+	}
+	return fmt.Errorf("config: %w", err)
+}
+
+// keyAtLine finds the dotted key whose scalar value sits on line.
+func keyAtLine(n *yaml.Node, line int, path string) string {
+	switch n.Kind {
+	case yaml.DocumentNode, yaml.SequenceNode:
+		for i, c := range n.Content {
+			p := path
+			if n.Kind == yaml.SequenceNode {
+				p = fmt.Sprintf("%s[%d]", path, i)
+			}
+			if k := keyAtLine(c, line, p); k != "" {
+				return k
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := k.Value
+			if path != "" {
+				p = path + "." + k.Value
+			}
+			if v.Kind == yaml.ScalarNode && v.Line == line {
+				return p
+			}
+			if found := keyAtLine(v, line, p); found != "" {
+				return found
+			}
+		}
+	}
+	return ""
+}
+
+// ApplyEnv overrides cfg from PORTCULLIS_<KEY> variables, KEY being the YAML
+// path upper-cased and joined with "_" (PORTCULLIS_POLICY_BUNDLE). The
+// principal list is taken whole from PORTCULLIS_PRINCIPALS as YAML or JSON.
+func ApplyEnv(cfg *Config, environ []string) error {
+	env := map[string]string{}
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && strings.HasPrefix(k, "PORTCULLIS_") {
+			env[k] = v
+		}
+	}
+	return applyEnv(reflect.ValueOf(cfg).Elem(), "PORTCULLIS", "", env)
+}
+
+func applyEnv(v reflect.Value, prefix, path string, env map[string]string) error {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if tag == "" || tag == "-" {
+			continue
+		}
+		name := prefix + "_" + strings.ToUpper(tag)
+		key := tag
+		if path != "" {
+			key = path + "." + tag
+		}
+		fv := v.Field(i)
+		if fv.Kind() == reflect.Struct {
+			if err := applyEnv(fv, name, key, env); err != nil {
+				return err
+			}
+			continue
+		}
+		raw, ok := env[name]
+		if !ok {
+			continue
+		}
+		if err := setFromString(fv, raw); err != nil {
+			return fmt.Errorf("config: %s (from %s): %w", key, name, err)
+		}
+	}
+	return nil
+}
+
+func setFromString(fv reflect.Value, raw string) error {
+	if d, ok := fv.Addr().Interface().(*Duration); ok {
+		return d.set(raw)
+	}
+	switch fv.Kind() {
+	case reflect.String:
+		fv.SetString(raw)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", raw)
+		}
+		fv.SetBool(b)
+	case reflect.Int, reflect.Int64:
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil {
+			return fmt.Errorf("want an integer, got %q", raw)
+		}
+		fv.SetInt(n)
+	case reflect.Slice:
+		p := reflect.New(fv.Type())
+		dec := yaml.NewDecoder(strings.NewReader(raw))
+		dec.KnownFields(true)
+		if err := dec.Decode(p.Interface()); err != nil {
+			return fmt.Errorf("want a YAML or JSON list: %w", err)
+		}
+		fv.Set(p.Elem())
+	default:
+		return fmt.Errorf("cannot be set from the environment")
+	}
+	return nil
+}
+
+// Validate checks every key and names the first one at fault.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen", "want host:port, got %q", c.Listen)
+	} else if _, err := strconv.Atoi(port); err != nil {
+		bad("listen", "port %q is not a number", port)
+	}
+	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
+		bad("database_url", "want empty (embedded store) or a postgres:// URL")
+	}
+	if c.DataDir == "" {
+		bad("data_dir", "must not be empty")
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log_level", "want debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 64<<20 {
+		bad("max_body_bytes", "want 1024..67108864, got %d", c.MaxBodyBytes)
+	}
+	durationIn := func(key string, d Duration, lo, hi time.Duration) {
+		if d.Std() < lo || d.Std() > hi {
+			bad(key, "want %s..%s, got %s", lo, hi, d.Std())
+		}
+	}
+	durationIn("http.read_header_timeout", c.HTTP.ReadHeaderTimeout, 100*time.Millisecond, 10*time.Minute)
+	durationIn("http.read_timeout", c.HTTP.ReadTimeout, 100*time.Millisecond, time.Hour)
+	durationIn("http.write_timeout", c.HTTP.WriteTimeout, time.Second, 24*time.Hour)
+	durationIn("http.idle_timeout", c.HTTP.IdleTimeout, 100*time.Millisecond, 24*time.Hour)
+	if c.HTTP.ReadTimeout < c.HTTP.ReadHeaderTimeout {
+		bad("http.read_timeout", "must not be shorter than http.read_header_timeout (%s), got %s", c.HTTP.ReadHeaderTimeout.Std(), c.HTTP.ReadTimeout.Std())
+	}
+	if c.HTTP.MaxHeaderBytes < 4096 || c.HTTP.MaxHeaderBytes > 1<<20 {
+		bad("http.max_header_bytes", "want 4096..1048576, got %d", c.HTTP.MaxHeaderBytes)
+	}
+	if c.Policy.Bundle == "" {
+		bad("policy.bundle", "must name a bundle directory")
+	}
+	durationIn("policy.fetch_timeout", c.Policy.FetchTimeout, 100*time.Millisecond, 10*time.Minute)
+	if c.Policy.PollInterval < 0 {
+		bad("policy.poll_interval", "must not be negative")
+	}
+	remote := strings.HasPrefix(c.Policy.Bundle, "http://") || strings.HasPrefix(c.Policy.Bundle, "https://")
+	if remote && c.Policy.PollInterval > 0 && c.Policy.PollInterval.Std() < time.Second {
+		bad("policy.poll_interval", "want at least 1s for a bundle service, got %s", c.Policy.PollInterval.Std())
+	}
+	if c.Policy.BearerTokenFile != "" {
+		if !remote {
+			bad("policy.bearer_token_file", "only applies to an http(s) policy.bundle")
+		} else if st, err := os.Stat(c.Policy.BearerTokenFile); err != nil {
+			bad("policy.bearer_token_file", "%v", err)
+		} else if st.Mode().Perm()&0o077 != 0 {
+			bad("policy.bearer_token_file", "%s is readable by group or others (mode %o); chmod 600 it", c.Policy.BearerTokenFile, st.Mode().Perm())
+		}
+	}
+	if c.Policy.KeyID != "" && c.Policy.VerificationKey == "" {
+		bad("policy.key_id", "set without policy.verification_key")
+	}
+	if c.Policy.VerificationKey != "" && c.Policy.Bundle == ShippedBundle {
+		bad("policy.verification_key", "the shipped policy is not signed; point policy.bundle at a signed bundle")
+	}
+	if c.Evidence.CheckpointInterval < 0 {
+		bad("evidence.checkpoint_interval", "must not be negative")
+	}
+	if c.Evidence.Retention < 0 {
+		bad("evidence.retention", "must not be negative")
+	}
+	switch c.Sandbox.Backend {
+	case "auto", "bwrap", "process":
+	default:
+		bad("sandbox.backend", "want auto, bwrap or process, got %q", c.Sandbox.Backend)
+	}
+	if d := c.Tools.Deno; d != "" {
+		if fi, err := os.Stat(d); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			bad("tools.deno", "want the path of an executable deno binary, got %q", d)
+		}
+	}
+	if c.Debug.Listen != "" {
+		if err := loopbackAddr(c.Debug.Listen); err != nil {
+			bad("debug.listen", "%v (the pprof listener has no authentication, so it must be loopback-only)", err)
+		}
+	}
+	for i, o := range c.MCP.AllowedOrigins {
+		if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			bad(fmt.Sprintf("mcp.allowed_origins[%d]", i), "want an origin like https://console.example.com[:port], got %q", o)
+		}
+	}
+	ids := map[string]bool{}
+	keys := map[string]string{}
+	for i, p := range c.Principals {
+		key := fmt.Sprintf("principals[%d]", i)
+		if p.ID == "" {
+			bad(key+".id", "must not be empty")
+		} else if ids[p.ID] {
+			bad(key+".id", "duplicate principal %q", p.ID)
+		}
+		ids[p.ID] = true
+		if len(p.Roles) == 0 {
+			bad(key+".roles", "want at least one of agent, auditor, admin")
+		}
+		for j, r := range p.Roles {
+			if r != "agent" && r != "auditor" && r != "admin" {
+				bad(fmt.Sprintf("%s.roles[%d]", key, j), "want agent, auditor or admin, got %q", r)
+			}
+		}
+		h := strings.ToLower(p.APIKeySHA256)
+		if b, err := hex.DecodeString(h); err != nil || len(b) != 32 {
+			bad(key+".api_key_sha256", "want the 64-hex-digit SHA-256 of the key (gateway keys hash KEY)")
+		} else if other, dup := keys[h]; dup {
+			bad(key+".api_key_sha256", "same key as principal %q", other)
+		}
+		keys[h] = p.ID
+		c.Principals[i].APIKeySHA256 = h
+	}
+	return errors.Join(errs...)
+}
+
+// loopbackAddr accepts host:port with a numeric port whose host is a
+// loopback IP literal or "localhost"; an empty host (all interfaces), a host
+// name or any other address is refused.
+func loopbackAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port on loopback (e.g. 127.0.0.1:6060), got %q", addr)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number", port)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("want a loopback address (127.0.0.1, ::1 or localhost), got %q", addr)
+	}
+	return nil
+}

@@ -1,0 +1,211 @@
+package config
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+const goodHash = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+
+// TestGolden loads a full config file and compares the result, as JSON, with
+// testdata/full.golden.json.
+func TestGolden(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load(filepath.Join("testdata", "full.yaml"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.MarshalIndent(cfg, "", "  ")
+	golden := filepath.Join("testdata", "full.golden.json")
+	if *update {
+		if err := os.WriteFile(golden, append(got, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(strings.TrimSpace(string(want)), strings.TrimSpace(string(got))); diff != "" {
+		t.Errorf("config differs from golden (-want +got):\n%s", diff)
+	}
+}
+
+func TestEnvOverrides(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load(filepath.Join("testdata", "full.yaml"), []string{
+		"PORTCULLIS_LISTEN=127.0.0.1:7000",
+		"PORTCULLIS_POLICY_BUNDLE=/tmp/other",
+		"PORTCULLIS_POLICY_POLL_INTERVAL=5s",
+		"PORTCULLIS_EVIDENCE_RETENTION=30d",
+		"PORTCULLIS_SANDBOX_REQUIRE=true",
+		`PORTCULLIS_PRINCIPALS=[{"id":"x","roles":["auditor"],"api_key_sha256":"` + goodHash + `"}]`,
+		"UNRELATED=1",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "127.0.0.1:7000" || cfg.Policy.Bundle != "/tmp/other" || !cfg.Sandbox.Require {
+		t.Errorf("scalars not overridden: %+v", cfg)
+	}
+	if cfg.Policy.PollInterval.Std() != 5*time.Second || cfg.Evidence.Retention.Std() != 30*24*time.Hour {
+		t.Errorf("durations: poll %v retention %v", cfg.Policy.PollInterval.Std(), cfg.Evidence.Retention.Std())
+	}
+	if len(cfg.Principals) != 1 || cfg.Principals[0].ID != "x" || cfg.Principals[0].Roles[0] != "auditor" {
+		t.Errorf("principals = %+v", cfg.Principals)
+	}
+}
+
+// TestErrorsNameTheKey: every invalid setting is refused at load with an
+// error that names the key at fault.
+func TestErrorsNameTheKey(t *testing.T) {
+	t.Parallel()
+	p := func(extra string) string {
+		return "principals:\n  - id: a\n    roles: [agent]\n    api_key_sha256: " + goodHash + "\n" + extra
+	}
+	cases := []struct {
+		name, yaml string
+		env        []string
+		wantKey    string
+	}{
+		{"unknown key", "listn: x\n", nil, "listn"},
+		{"bad listen", "listen: nope\n", nil, "listen"},
+		{"bad database url", "database_url: mysql://x\n", nil, "database_url"},
+		{"bad backend", "sandbox: {backend: docker}\n", nil, "sandbox.backend"},
+		{"bad duration", "policy: {poll_interval: soon}\n", nil, "poll_interval"},
+		{"bad role", "principals:\n  - id: a\n    roles: [root]\n    api_key_sha256: " + goodHash + "\n", nil, "principals[0].roles[0]"},
+		{"short hash", "principals:\n  - id: a\n    roles: [agent]\n    api_key_sha256: abc\n", nil, "principals[0].api_key_sha256"},
+		{"duplicate id", p("  - id: a\n    roles: [agent]\n    api_key_sha256: " + strings.Repeat("0", 64) + "\n"), nil, "principals[1].id"},
+		{"duplicate key", p("  - id: b\n    roles: [agent]\n    api_key_sha256: " + goodHash + "\n"), nil, "principals[1].api_key_sha256"},
+		{"missing roles", "principals:\n  - id: a\n    api_key_sha256: " + goodHash + "\n", nil, "principals[0].roles"},
+		{"env bool", "", []string{"PORTCULLIS_SANDBOX_REQUIRE=perhaps"}, "sandbox.require"},
+		{"env int", "", []string{"PORTCULLIS_MAX_BODY_BYTES=lots"}, "max_body_bytes"},
+		{"body limit range", "max_body_bytes: 10\n", nil, "max_body_bytes"},
+		{"log level", "log_level: loud\n", nil, "log_level"},
+		{"mcp origin", "mcp: {allowed_origins: [\"console.example.com\"]}\n", nil, "mcp.allowed_origins[0]"},
+		{"token for a directory", "policy: {bundle: ./b, bearer_token_file: /nonexistent}\n", nil, "policy.bearer_token_file"},
+		{"token file missing", "policy: {bundle: \"https://b.example/b.tar.gz\", bearer_token_file: /nonexistent/t}\n", nil, "policy.bearer_token_file"},
+		{"token file readable", "policy: {bundle: \"https://b.example/b.tar.gz\", bearer_token_file: " + worldReadable + "}\n", nil, "policy.bearer_token_file"},
+		{"poll too fast", "policy: {bundle: \"https://b.example/b.tar.gz\", poll_interval: 10ms}\n", nil, "policy.poll_interval"},
+		{"key id without key", "policy: {bundle: ./b, key_id: k1}\n", nil, "policy.key_id"},
+		{"key with shipped", "policy: {verification_key: /k.pem}\n", nil, "policy.verification_key"},
+		{"env run_tests", "", []string{"PORTCULLIS_POLICY_RUN_TESTS=sometimes"}, "policy.run_tests"},
+		{"deno missing", "tools: {deno: /nonexistent/deno}\n", nil, "tools.deno"},
+		{"deno not executable", "tools: {deno: " + worldReadable + "}\n", nil, "tools.deno"},
+		{"deno from env", "", []string{"PORTCULLIS_TOOLS_DENO=/nonexistent/deno"}, "tools.deno"},
+		{"header timeout zero", "http: {read_header_timeout: 0s}\n", nil, "http.read_header_timeout"},
+		{"read shorter than headers", "http: {read_header_timeout: 20s, read_timeout: 5s}\n", nil, "http.read_timeout"},
+		{"idle timeout from env", "", []string{"PORTCULLIS_HTTP_IDLE_TIMEOUT=forever"}, "http.idle_timeout"},
+		{"header bytes range", "http: {max_header_bytes: 10}\n", nil, "http.max_header_bytes"},
+		{"fetch timeout range", "policy: {fetch_timeout: 1h}\n", nil, "policy.fetch_timeout"},
+		{"debug all interfaces", "debug: {listen: \":6060\"}\n", nil, "debug.listen"},
+		{"debug non-loopback", "debug: {listen: \"0.0.0.0:6060\"}\n", nil, "debug.listen"},
+		{"debug public ip", "debug: {listen: \"10.1.2.3:6060\"}\n", nil, "debug.listen"},
+		{"debug host name", "debug: {listen: \"gw.internal:6060\"}\n", nil, "debug.listen"},
+		{"debug no port", "debug: {listen: 127.0.0.1}\n", nil, "debug.listen"},
+		{"debug bad port", "debug: {listen: \"127.0.0.1:http\"}\n", nil, "debug.listen"},
+		{"debug from env", "", []string{"PORTCULLIS_DEBUG_LISTEN=[::]:6060"}, "debug.listen"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "c.yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(path, tc.env)
+			if err == nil {
+				t.Fatalf("Load accepted %q", tc.yaml)
+			}
+			if !strings.Contains(err.Error(), tc.wantKey) {
+				t.Errorf("error %q does not name %q", err, tc.wantKey)
+			}
+		})
+	}
+}
+
+// worldReadable is a token file with mode 0644, which the config refuses.
+var worldReadable = func() string {
+	dir, err := os.MkdirTemp("", "config-test-")
+	if err != nil {
+		panic(err)
+	}
+	p := filepath.Join(dir, "token")
+	if err := os.WriteFile(p, []byte("t"), 0o644); err != nil {
+		panic(err)
+	}
+	return p
+}()
+
+// TestBearerTokenFileAccepted: a private token file next to an https
+// bundle URL is valid, and run_tests defaults on.
+func TestBearerTokenFileAccepted(t *testing.T) {
+	t.Parallel()
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load("", []string{"PORTCULLIS_POLICY_BUNDLE=https://bundles.example/p.tar.gz", "PORTCULLIS_POLICY_BEARER_TOKEN_FILE=" + tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Policy.BearerTokenFile != tok || !cfg.Policy.RunTests {
+		t.Errorf("policy = %+v", cfg.Policy)
+	}
+}
+
+func TestDefaultsValid(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load("", nil)
+	if err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	if cfg.Listen != "127.0.0.1:8080" || cfg.DataDir != "./.portcullis" || cfg.Sandbox.Backend != "auto" {
+		t.Errorf("defaults = %+v", cfg)
+	}
+}
+
+// TestToolsDenoAccepted: an executable file is a valid tools.deno, from
+// the file or from PORTCULLIS_TOOLS_DENO.
+func TestToolsDenoAccepted(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "deno")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load("", []string{"PORTCULLIS_TOOLS_DENO=" + bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tools.Deno != bin {
+		t.Errorf("tools.deno = %q, want %q", cfg.Tools.Deno, bin)
+	}
+}
+
+// TestDebugListenAccepted: loopback addresses are valid debug.listen
+// values, from the file or the environment; the default is off.
+func TestDebugListenAccepted(t *testing.T) {
+	t.Parallel()
+	if cfg := Default(); cfg.Debug.Listen != "" {
+		t.Errorf("debug.listen defaults to %q, want off", cfg.Debug.Listen)
+	}
+	for _, addr := range []string{"127.0.0.1:6060", "127.0.0.2:0", "[::1]:6060", "localhost:6060"} {
+		cfg, err := Load("", []string{"PORTCULLIS_DEBUG_LISTEN=" + addr})
+		if err != nil {
+			t.Errorf("debug.listen %q refused: %v", addr, err)
+			continue
+		}
+		if cfg.Debug.Listen != addr {
+			t.Errorf("debug.listen = %q, want %q", cfg.Debug.Listen, addr)
+		}
+	}
+}

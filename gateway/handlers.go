@@ -1,0 +1,175 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/wire"
+)
+
+// dryRun is POST /v1/decisions: validation, decision and enforcement exactly
+// as a call would get them, without evidence and without running anything.
+func (s *Server) dryRun(c echo.Context) error {
+	ctx := c.Request().Context()
+	p, _ := principalOf(c)
+	body, we := s.readBody(c)
+	var req wire.ToolCallRequest
+	if we == nil {
+		we = parseToolCall(body, &req)
+	}
+	if we != nil {
+		return we
+	}
+	tool, ok := s.tools[req.Tool]
+	if !ok {
+		return &wire.Error{Code: wire.CodeUnknownTool, Message: "unknown tool " + strconv.Quote(req.Tool), Details: map[string]any{"field": "tool"}}
+	}
+	call, err := tool.Prepare(ctx, req.Input)
+	if err != nil {
+		return toWireError(err)
+	}
+	dec, err := s.decide(ctx, p, tool.Name(), wire.PurposeDryRun, call.Args(), call.Resolved(), req)
+	if err != nil {
+		s.log.ErrorContext(ctx, "policy evaluation failed", "err", err)
+		return wire.Errorf(wire.CodeInternal, "policy evaluation failed")
+	}
+	resp := wire.DryRunResponse{Decision: dec}
+	if dec.Reasons == nil {
+		resp.Decision.Reasons = []string{}
+	}
+	if !dec.Allow {
+		resp.Explanation = s.explain(ctx, p, tool.Name(), call.Args(), call.Resolved(), req)
+	}
+	if !dec.Allow {
+		resp.Error = &wire.Error{Code: wire.CodePermissionDenied, Message: denyMessage(tool.Name(), dec.Reasons), Details: map[string]any{"reasons": nonNil(dec.Reasons)}}
+		return c.JSON(http.StatusOK, resp)
+	}
+	scope, err := call.Enforce(ctx, dec)
+	if err != nil {
+		resp.Error = toWireError(err)
+		return c.JSON(http.StatusOK, resp)
+	}
+	resp.Scope = &scope
+	return c.JSON(http.StatusOK, resp)
+}
+
+// listTools is GET /v1/tools: the tools the policy lets this caller call,
+// asked with purpose "list" and empty args. Denied tools never appear.
+func (s *Server) listTools(c echo.Context) error {
+	p, _ := principalOf(c)
+	tools, err := s.visibleTools(c.Request().Context(), p)
+	if err != nil {
+		return wire.Errorf(wire.CodeInternal, "policy evaluation failed")
+	}
+	return c.JSON(http.StatusOK, wire.ToolList{Tools: tools})
+}
+
+// visibleTools is the one definition of which tools a principal sees, shared
+// by GET /v1/tools and MCP tools/list.
+func (s *Server) visibleTools(ctx context.Context, p wire.Principal) ([]wire.FunctionTool, error) {
+	out := []wire.FunctionTool{}
+	for _, name := range s.toolList {
+		t := s.tools[name]
+		dec, err := s.decide(ctx, p, name, wire.PurposeList, nil, nil, wire.ToolCallRequest{})
+		if err != nil {
+			s.log.ErrorContext(ctx, "policy evaluation failed while listing tools", "err", err, "tool", name)
+			return nil, err
+		}
+		if !dec.Allow {
+			continue
+		}
+		out = append(out, wire.FunctionTool{Type: "function", Function: wire.FunctionSpec{
+			Name: t.Name(), Description: t.Description(), Parameters: t.Parameters(),
+		}})
+	}
+	return out, nil
+}
+
+// getReceipt is GET /v1/receipts/{id}.
+func (s *Server) getReceipt(c echo.Context) error {
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return wire.FieldError(wire.CodeInvalidInput, "id", "receipt id must be a UUID")
+	}
+	r, err := s.opts.Receipts.Receipt(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, r)
+}
+
+// listReceipts is GET /v1/receipts with the contract's filters.
+func (s *Server) listReceipts(c echo.Context) error {
+	f, err := parseFilter(c, 1000)
+	if err != nil {
+		return err
+	}
+	list, err := s.opts.Receipts.Receipts(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	if list.Receipts == nil {
+		list.Receipts = []wire.Receipt{}
+	}
+	return c.JSON(http.StatusOK, list)
+}
+
+var filterParams = map[string]bool{"principal": true, "tool": true, "decision": true, "session_id": true,
+	"outcome": true, "error_code": true, "rule": true, "since": true, "until": true, "limit": true, "cursor": true}
+
+// parseFilter reads the receipt filters; limit may be 1..maxLimit (a page
+// for the list, the whole stream for the export); extra names further
+// accepted parameters.
+func parseFilter(c echo.Context, maxLimit int, extra ...string) (evidence.Filter, error) {
+	q := c.QueryParams()
+	for k := range q {
+		if !filterParams[k] && !slices.Contains(extra, k) {
+			return evidence.Filter{}, wire.FieldError(wire.CodeInvalidInput, k, "unknown query parameter %q; accepted: principal, tool, decision, session_id, outcome, error_code, rule, since, until, limit, cursor", k)
+		}
+	}
+	f := evidence.Filter{
+		Principal: q.Get("principal"), Tool: q.Get("tool"), Decision: q.Get("decision"),
+		SessionID: q.Get("session_id"), Cursor: q.Get("cursor"),
+		Status: q.Get("outcome"), ErrorCode: q.Get("error_code"), Rule: q.Get("rule"),
+	}
+	if f.Rule != "" && !wire.ValidRuleID(f.Rule) {
+		return f, wire.FieldError(wire.CodeInvalidInput, "rule", "rule must be a rule id: 1 to %d characters of A-Z a-z 0-9 _ . : / -", wire.MaxRuleIDLen)
+	}
+	switch f.Decision {
+	case "", wire.DecisionAllow, wire.DecisionDeny, wire.DecisionInvalid:
+	default:
+		return f, wire.FieldError(wire.CodeInvalidInput, "decision", "decision must be allow, deny or invalid")
+	}
+	switch f.Status {
+	case "", wire.StatusPending, wire.StatusSucceeded, wire.StatusFailed, wire.StatusTimedOut, wire.StatusError, wire.StatusInterrupted:
+	default:
+		return f, wire.FieldError(wire.CodeInvalidInput, "outcome", "outcome must be pending, succeeded, failed, timed_out, error or interrupted")
+	}
+	for _, t := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		if v := q.Get(t.name); v != "" {
+			ts, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return f, wire.FieldError(wire.CodeInvalidInput, t.name, "%s must be an RFC 3339 time, e.g. 2026-11-22T10:00:00Z", t.name)
+			}
+			*t.dst = ts
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxLimit {
+			return f, wire.FieldError(wire.CodeInvalidInput, "limit", "limit must be an integer from 1 to %d", maxLimit)
+		}
+		f.Limit = n
+	}
+	return f, nil
+}

@@ -1,0 +1,342 @@
+// Package gateway is the HTTP API and the call pipeline of Portcullis: it
+// authenticates callers, runs each tool call through validation, policy,
+// enforcement, write-ahead evidence and a backend, and maps every failure to
+// the contract's status and code in one place.
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/portcullis/portcullis/backends"
+	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/gateway/ui"
+	"github.com/portcullis/portcullis/wire"
+)
+
+const tracerName = "github.com/portcullis/portcullis/gateway"
+
+// Decider is what the pipeline needs of the policy engine.
+type Decider interface {
+	Decide(ctx context.Context, in wire.PolicyInput) (wire.Decision, error)
+	Ready() bool
+}
+
+// EvidenceWriter makes evidence events durable; Append returns only after
+// they are committed.
+type EvidenceWriter interface {
+	Append(ctx context.Context, events ...evidence.Event) error
+}
+
+// ReceiptReader answers the auditor's queries.
+type ReceiptReader interface {
+	Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt, error)
+	Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptList, error)
+	Ping(ctx context.Context) error
+}
+
+// Key is a configured API key (stored only as its SHA-256) and its principal.
+type Key struct {
+	SHA256    [32]byte
+	Principal wire.Principal
+}
+
+// Options wires a Server. Policy, Evidence, Receipts and Tools are required.
+type Options struct {
+	Keys         []Key
+	Policy       Decider
+	Evidence     EvidenceWriter
+	Receipts     ReceiptReader
+	Tools        []backends.Tool
+	InstanceID   string
+	MaxBodyBytes int64
+	Logger       *slog.Logger
+	Registry     *prometheus.Registry
+	Now          func() time.Time
+	// OpenAPI is the served /openapi.json document.
+	OpenAPI []byte
+	// PolicyRevision names the live policy; receipts of calls refused
+	// before the policy ran still record which policy was live.
+	PolicyRevision func() string
+	// PolicyAdmin serves GET /v1/policy and POST /v1/policy/reload; nil
+	// answers them with 404 not_found (see routes_policy.go).
+	PolicyAdmin PolicyAdmin
+	// Explainer, when set, explains denials in POST /v1/decisions.
+	Explainer Explainer
+	// Auditor serves GET /v1/receipts/{id}/proof and GET /v1/evidence/stats;
+	// nil (checkpoints off: no signing key) answers them with 503
+	// evidence_unavailable (see routes_evidence.go).
+	Auditor EvidenceAuditor
+	// MCPAllowedOrigins lists the browser origins (scheme://host[:port])
+	// that may call /mcp. Requests carrying any other Origin header are
+	// refused, which defeats DNS rebinding; clients that send no Origin
+	// (SDKs, CLIs, agents) are unaffected.
+	MCPAllowedOrigins []string
+}
+
+// Server is the gateway's HTTP API.
+type Server struct {
+	e        *echo.Echo
+	opts     Options
+	log      *slog.Logger
+	tracer   trace.Tracer
+	tools    map[string]backends.Tool
+	toolList []string
+	metrics  *metrics
+	mcp      *mcpSessions
+}
+
+// New builds the server and its routes.
+func New(opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 8 << 20
+	}
+	if opts.PolicyRevision == nil {
+		opts.PolicyRevision = func() string { return "" }
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{
+		opts:    opts,
+		log:     opts.Logger,
+		tracer:  otel.Tracer(tracerName),
+		tools:   map[string]backends.Tool{},
+		metrics: newMetrics(opts.Registry),
+	}
+	for _, t := range opts.Tools {
+		s.tools[t.Name()] = t
+		s.toolList = append(s.toolList, t.Name())
+	}
+	sort.Strings(s.toolList)
+
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = s.errorHandler
+	e.Use(s.recoverer)
+	e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{
+		Generator: func() string { return uuid.NewString() },
+	}))
+	e.Use(s.trace)
+	e.Use(s.accessLog)
+	e.Use(s.authenticate)
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/openapi.json", s.openapi)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})))
+
+	e.POST("/v1/tool-calls", s.toolCall)
+	e.POST("/v1/decisions", s.dryRun, s.require(wire.RoleAgent, wire.RoleAdmin))
+	e.GET("/v1/tools", s.listTools, s.require(wire.RoleAgent))
+	e.GET("/v1/receipts", s.listReceipts, s.require(wire.RoleAuditor))
+	e.GET("/v1/receipts/export", s.exportReceipts, s.require(wire.RoleAuditor))
+	e.GET("/v1/receipts/:id", s.getReceipt, s.require(wire.RoleAuditor))
+	s.policyRoutes(e)
+	s.evidenceRoutes(e)
+	s.holdRoutes(e)
+	s.mcpRoutes(e)
+	// The evidence explorer's static page (gateway/ui, docs/explorer.md);
+	// its data comes from the auditor routes above.
+	explorer := echo.WrapHandler(ui.New())
+	for _, r := range ui.Routes {
+		e.GET(r, explorer)
+	}
+	s.e = e
+	return s
+}
+
+// Handler returns the HTTP handler.
+func (s *Server) Handler() http.Handler { return s.e }
+
+// Routes lists method and path of every route (the OpenAPI test holds the
+// document against it).
+func (s *Server) Routes() [][2]string {
+	var out [][2]string
+	for _, r := range s.e.Routes() {
+		out = append(out, [2]string{r.Method, r.Path})
+	}
+	return out
+}
+
+type ctxKey int
+
+const principalKey ctxKey = 1
+
+// principalOf returns the authenticated principal of a request.
+func principalOf(c echo.Context) (wire.Principal, bool) {
+	p, ok := c.Get("principal").(wire.Principal)
+	return p, ok
+}
+
+func requestID(c echo.Context) string {
+	return c.Response().Header().Get(echo.HeaderXRequestID)
+}
+
+var publicPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true, "/openapi.json": true}
+
+// authenticate resolves the bearer key to a principal. The key is hashed and
+// compared in constant time against every configured hash, so neither the
+// match nor its position leaks through timing.
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if publicPaths[c.Request().URL.Path] || ui.IsRoute(c.Path()) {
+			return next(c)
+		}
+		p, ok := s.lookup(c.Request().Header.Get(echo.HeaderAuthorization))
+		if !ok {
+			s.metrics.authFailures.Inc()
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="portcullis"`)
+			we := wire.Errorf(wire.CodeUnauthenticated, "missing or unknown API key: send Authorization: Bearer <api-key>")
+			if c.Path() == "/v1/tool-calls" {
+				return c.JSON(http.StatusUnauthorized, wire.ToolCallResponse{Output: failed(we, nil)})
+			}
+			return we
+		}
+		c.Set("principal", p)
+		ctx := context.WithValue(c.Request().Context(), principalKey, p.ID)
+		c.SetRequest(c.Request().WithContext(ctx))
+		return next(c)
+	}
+}
+
+func (s *Server) lookup(header string) (wire.Principal, bool) {
+	const prefix = "Bearer "
+	if len(header) <= len(prefix) || !equalFoldASCII(header[:len(prefix)], prefix) {
+		return wire.Principal{}, false
+	}
+	sum := sha256.Sum256([]byte(header[len(prefix):]))
+	var found wire.Principal
+	matched := 0
+	for _, k := range s.opts.Keys {
+		if subtle.ConstantTimeCompare(sum[:], k.SHA256[:]) == 1 {
+			found = k.Principal
+			matched = 1
+		}
+	}
+	return found, matched == 1
+}
+
+func equalFoldASCII(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i]|0x20, b[i]|0x20
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// require admits principals holding any of roles.
+func (s *Server) require(roles ...string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			p, _ := principalOf(c)
+			for _, r := range roles {
+				if p.HasRole(r) {
+					return next(c)
+				}
+			}
+			return wire.Errorf(wire.CodeForbidden, "principal %q lacks the role this route needs (one of %v)", p.ID, roles)
+		}
+	}
+}
+
+// recoverer turns a panic into a 500 and a log line; the gateway keeps serving.
+func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				s.log.ErrorContext(c.Request().Context(), "panic in handler", "panic", r, "path", c.Path())
+				err = wire.Errorf(wire.CodeInternal, "internal error")
+			}
+		}()
+		return next(c)
+	}
+}
+
+func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err)
+		}
+		p, _ := principalOf(c)
+		s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, "request",
+			slog.String("method", c.Request().Method),
+			slog.String("route", c.Path()),
+			slog.Int("status", c.Response().Status),
+			slog.Duration("duration", time.Since(start)),
+			slog.String("principal", p.ID),
+			slog.String("request_id", requestID(c)),
+			slog.String("remote", c.RealIP()),
+		)
+		return nil
+	}
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	checks := map[string]string{"policy": "ok", "evidence": "ok"}
+	ready := true
+	if !s.opts.Policy.Ready() {
+		checks["policy"], ready = "no policy loaded", false
+	}
+	if err := s.opts.Receipts.Ping(ctx); err != nil {
+		checks["evidence"], ready = "unreachable", false
+	} else if h, ok := s.opts.Evidence.(interface{ Healthy() bool }); ok && !h.Healthy() {
+		checks["evidence"], ready = "last commit failed", false
+	}
+	status := http.StatusOK
+	if !ready {
+		status = http.StatusServiceUnavailable
+	}
+	return c.JSON(status, map[string]any{"ready": ready, "checks": checks})
+}
+
+func (s *Server) openapi(c echo.Context) error {
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, s.opts.OpenAPI)
+}
+
+// decodeStrict decodes exactly one JSON value into v, refusing unknown fields.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytesReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errTrailing
+	}
+	return nil
+}

@@ -1,0 +1,101 @@
+package policies
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// BenchmarkDecide is one realistic passive Exec call through the shipped policy.
+func BenchmarkDecide(b *testing.B) {
+	e := loaded(b, Shipped())
+	in := execInput("/usr/bin/git", "log", "--oneline", "-n", "5")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		d, err := e.Decide(ctx, in)
+		if err != nil || !d.Allow {
+			b.Fatalf("Decide = %+v, %v", d, err)
+		}
+	}
+}
+
+func BenchmarkDecideParallel(b *testing.B) {
+	e := loaded(b, Shipped())
+	in := execInput("/usr/bin/git", "log", "--oneline", "-n", "5")
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			d, err := e.Decide(ctx, in)
+			if err != nil || !d.Allow {
+				b.Errorf("Decide = %+v, %v", d, err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkInput compares ways to build the input value: the direct AST
+// build Decide uses, ast.InterfaceToValue on a map, and a JSON round trip.
+func BenchmarkInput(b *testing.B) {
+	in := execInput("/usr/bin/git", "log", "--oneline", "-n", "5")
+	asMap := map[string]any{
+		"principal":  map[string]any{"id": in.Principal.ID, "roles": in.Principal.Roles, "attributes": in.Principal.Attributes},
+		"tool":       in.Tool,
+		"purpose":    in.Purpose,
+		"args":       in.Args,
+		"resolved":   in.Resolved,
+		"session_id": in.SessionID,
+		"call_id":    in.CallID,
+		"time":       in.Time.Format(time.RFC3339Nano),
+	}
+	b.Run("direct", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := inputValue(in); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("InterfaceToValue-map", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := ast.InterfaceToValue(asMap); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json-roundtrip", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			raw, err := json.Marshal(in)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := ast.ValueFromReader(bytesReader(raw)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// BenchmarkDecideTrivialPolicy is the floor: the same input against a
+// one-line policy, to tell engine overhead from policy cost.
+func BenchmarkDecideTrivialPolicy(b *testing.B) {
+	e := loaded(b, policyFS(`decision := {"allow": true}`))
+	in := execInput("/usr/bin/git", "log", "--oneline", "-n", "5")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.Decide(ctx, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package policies
+
+import (
+	"context"
+	"testing"
+	"testing/fstest"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+func TestIndexPrecomputedForShipped(t *testing.T) {
+	t.Parallel()
+	c := shippedEngine(t).live.Load()
+	if c.index == nil {
+		t.Fatal("no index precomputed for the shipped policy")
+	}
+	for _, name := range []string{"role_tool", "own", "merged", "profiles"} {
+		if c.index.values[name] == nil {
+			t.Errorf("index rule %s not precomputed", name)
+		}
+	}
+}
+
+// Only rules that cannot depend on the call are precomputed, and a `with`
+// modifier still sees the rules evaluated under it.
+func TestIndexPrecomputesOnlyDataRules(t *testing.T) {
+	t.Parallel()
+	fsys := policyFS(`decision := {"allow": data.portcullis.index.from_input == "x", "reasons": [v]} if {
+	v := data.portcullis.index.from_data with data.portcullis.src as "mocked"
+}`)
+	fsys["data.json"] = mapFile(`{"portcullis": {"src": "stored"}}`)
+	fsys["portcullis/index.rego"] = mapFile(`package portcullis.index
+from_data := data.portcullis.src
+via := from_data
+from_input := input.tool
+via_input := from_input
+now := time.now_ns()
+via_fn := _tool_of(input)
+_tool_of(x) := x.tool
+`)
+	e := loaded(t, fsys)
+	ix := e.live.Load().index
+	for name, want := range map[string]bool{"from_data": true, "via": true, "from_input": false, "via_input": false, "now": false, "via_fn": false} {
+		if _, got := ix.values[name]; got != want {
+			t.Errorf("index rule %s precomputed = %v, want %v", name, got, want)
+		}
+	}
+	if v := ix.values["from_data"]; v == nil || !v.Equal(ast.StringTerm("stored")) {
+		t.Errorf("from_data = %v, want \"stored\"", v)
+	}
+	in := execInput("/usr/bin/true")
+	in.Tool = "x"
+	d, err := e.Decide(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Allow || len(d.Reasons) != 1 || d.Reasons[0] != "mocked" {
+		t.Errorf("Decide = allow %v reasons %q, want allow and [mocked]", d.Allow, d.Reasons)
+	}
+}
+
+func mapFile(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
+
+// decisionFromAST must agree with parseDecision whenever it accepts a value.
+func TestDecisionFromASTAgreesWithParseDecision(t *testing.T) {
+	t.Parallel()
+	for _, src := range []string{
+		`{"allow": true, "reasons": [], "fs_grants": [{"path": "/usr", "mode": "r"}, {"path": "/srv/work", "mode": "rw", "alias": "@project"}],
+		  "network": {"posture": "allowlist", "allow": ["api.github.com:443"]}, "env": {"pass": ["GOFLAGS"], "set": {"CI": "1"}},
+		  "limits": {"timeout_s": 60, "memory_bytes": 536870912, "nofile": 256}}`,
+		`{"allow": true, "network": {"posture": "off", "allow": ["x:1"]}}`,
+		`{"allow": false, "reasons": ["no"]}`,
+		`{"allow": false}`,
+		`{"allow": true, "limits": {"timeout_s": 60.5}}`,
+		`{"allow": true, "limits": {"timeout_s": -1}}`,
+		`{"allow": true, "fs_grants": [{"path": "/a/../b", "mode": "r"}]}`,
+		`{"allow": true, "env": {"set": {"A=B": "1"}}}`,
+		`{"allow": null, "reasons": [1]}`,
+		`[1]`,
+		`{"allow": true, "reasons": [], "rule_ids": ["grant:role/agent/Exec", "exec.shape.git.log"]}`,
+		`{"allow": false, "reasons": ["no"], "rule_ids": ["grants.no_grant"]}`,
+		`{"allow": true, "rule_ids": []}`,
+		`{"allow": true, "rule_ids": "grants.no_grant"}`,
+		`{"allow": true, "rule_ids": ["ok", 1]}`,
+		`{"allow": true, "rule_ids": ["has space"]}`,
+		`{"allow": false, "reasons": ["no"], "rule_ids": [""]}`,
+		`{"allow": true, "rule_ids": null}`,
+	} {
+		v := ast.MustParseTerm(src).Value
+		x, err := ast.JSON(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := parseDecision(x)
+		if got, ok := decisionFromAST(v); ok {
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s: (-parseDecision +decisionFromAST):\n%s", src, diff)
+			}
+		}
+		if got, err := decisionOf(ast.NewTerm(v)); err != nil || !cmp.Equal(want, got) {
+			t.Errorf("%s: decisionOf = %+v, %v; want %+v", src, got, err, want)
+		}
+	}
+}

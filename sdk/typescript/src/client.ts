@@ -1,0 +1,252 @@
+import type {
+  DryRunResponse, ErrorBody, ErrorCode, ExecData, ExecInput, FSReadData, FSWriteData, FunctionTool, Receipt,
+  ReceiptList, ToolCallRequest, ToolCallResponse, ToolList,
+} from "./types.js";
+
+/** The longest Exec (600 s) plus the gateway's kill grace and slack. */
+export const DEFAULT_TIMEOUT_MS = 660_000;
+
+/**
+ * A refusal or failure the gateway reported. `code` is the contract's error
+ * code, `status` the HTTP status; for a tool call `response` is the whole
+ * answer and `receiptId` names its receipt. A body that is not the gateway's
+ * (a proxy's 502) leaves `code` undefined.
+ */
+export class PortcullisError extends Error {
+  override readonly name = "PortcullisError";
+  constructor(
+    readonly status: number,
+    readonly code: ErrorCode | undefined,
+    message: string,
+    readonly details: Record<string, unknown> = {},
+    readonly response?: ToolCallResponse,
+  ) {
+    super(`${code ?? `http_${status}`} (HTTP ${status}): ${message}`);
+  }
+  get receiptId(): string | undefined {
+    return this.response?.receipt_id;
+  }
+}
+
+export interface ClientOptions {
+  /** Per-attempt timeout in milliseconds (default 660 000). */
+  timeoutMs?: number;
+  /** Retries of answers that prove nothing ran (default 3). */
+  retries?: number;
+  /** First backoff and cap in milliseconds (default 250, 8000). */
+  backoffMs?: number;
+  maxBackoffMs?: number;
+  /** The W3C traceparent of the caller's current span, if any. */
+  traceparent?: () => string | undefined;
+  /** A fetch implementation (default: the global fetch). */
+  fetch?: typeof fetch;
+}
+
+export interface CallOptions {
+  callId?: string;
+  sessionId?: string;
+  traceparent?: string;
+  signal?: AbortSignal;
+}
+
+// Codes of a 503 tool-call answer that prove nothing ran.
+const NEVER_RAN = new Set(["evidence_unavailable", "sandbox_unavailable"]);
+
+type RetryPolicy = (status: number, body: unknown) => boolean;
+
+const retryToolCall: RetryPolicy = (status, body) => {
+  if (status === 429) return true;
+  if (status !== 503) return false;
+  const code = (body as ToolCallResponse | undefined)?.output?.error?.code;
+  return code !== undefined && NEVER_RAN.has(code);
+};
+const retryRead: RetryPolicy = (status) => status === 429 || status === 503;
+
+/**
+ * A client for one gateway and one API key. Every tool call is
+ * authenticated, decided by policy, enforced and recorded by the gateway.
+ * Retries happen only when the gateway proves nothing ran (429, or 503 with
+ * evidence_unavailable/sandbox_unavailable; any 503 for reads), with
+ * exponential backoff and jitter; 200 and 4xx are never retried.
+ */
+export class Client {
+  readonly baseUrl: string;
+  private readonly opts: Required<Omit<ClientOptions, "traceparent">> & Pick<ClientOptions, "traceparent">;
+
+  constructor(baseUrl: string, private readonly apiKey: string, options: ClientOptions = {}) {
+    const u = new URL(baseUrl);
+    if (u.protocol !== "http:" && u.protocol !== "https:") throw new TypeError(`baseUrl must be http(s), got ${baseUrl}`);
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+    this.opts = {
+      timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+      retries: Math.max(0, options.retries ?? 3),
+      backoffMs: options.backoffMs ?? 250,
+      maxBackoffMs: options.maxBackoffMs ?? 8000,
+      traceparent: options.traceparent,
+      fetch: options.fetch ?? globalThis.fetch.bind(globalThis),
+    };
+  }
+
+  /**
+   * Runs `tool` through the gateway. Resolves on 200 even when the tool
+   * failed (output.success false): it ran and has a receipt. Rejects with a
+   * PortcullisError (carrying the response) on any other status.
+   */
+  async call<D = unknown>(tool: string, input: Record<string, unknown> = {}, o: CallOptions = {}): Promise<ToolCallResponse<D>> {
+    const req: ToolCallRequest = { tool, input };
+    if (o.callId) req.call_id = o.callId;
+    if (o.sessionId) req.session_id = o.sessionId;
+    const { status, body } = await this.request("POST", "/v1/tool-calls", JSON.stringify(req), retryToolCall, o);
+    const resp = body as ToolCallResponse<D> | undefined;
+    if (!resp || typeof resp !== "object" || !("output" in resp)) {
+      throw new PortcullisError(status, undefined, snippet(body));
+    }
+    if (status !== 200) {
+      const e = resp.output.error;
+      throw new PortcullisError(status, e?.code, e?.message ?? "", e?.details ?? {}, resp as ToolCallResponse);
+    }
+    return resp;
+  }
+
+  exec(input: ExecInput, o?: CallOptions): Promise<ToolCallResponse<ExecData>> {
+    return this.call<ExecData>("Exec", { ...input }, o);
+  }
+  fsRead(input: { path: string; startLine?: number; endLine?: number }, o?: CallOptions): Promise<ToolCallResponse<FSReadData>> {
+    return this.call<FSReadData>("fs.read", { ...input }, o);
+  }
+  fsWrite(input: { path: string; content: string; ifMatchSha256?: string | null }, o?: CallOptions): Promise<ToolCallResponse<FSWriteData>> {
+    return this.call<FSWriteData>("fs.write", { ...input }, o);
+  }
+  fsList(input: { path: string; maxEntries?: number }, o?: CallOptions): Promise<ToolCallResponse> {
+    return this.call("fs.list", { ...input }, o);
+  }
+  fsSearch(input: { path: string; pattern: string; before?: number; after?: number; maxMatches?: number }, o?: CallOptions): Promise<ToolCallResponse> {
+    return this.call("fs.search", { ...input }, o);
+  }
+  httpGet(input: { url: string; headers?: Record<string, string>; max_bytes?: number; timeout_s?: number }, o?: CallOptions): Promise<ToolCallResponse> {
+    return this.call("http.get", { ...input }, o);
+  }
+
+  /** Dry run: what policy and enforcement would say; nothing runs, no receipt. */
+  async decide(tool: string, input: Record<string, unknown> = {}, o: CallOptions = {}): Promise<DryRunResponse> {
+    const req: ToolCallRequest = { tool, input };
+    if (o.callId) req.call_id = o.callId;
+    if (o.sessionId) req.session_id = o.sessionId;
+    return this.read<DryRunResponse>("POST", "/v1/decisions", JSON.stringify(req), o);
+  }
+
+  /** The tools this caller may call, as OpenAI function tools. */
+  async tools(o: CallOptions = {}): Promise<FunctionTool[]> {
+    return (await this.read<ToolList>("GET", "/v1/tools", undefined, o)).tools;
+  }
+
+  /** Lists receipts (auditor role); pass next_cursor as cursor for the next page. */
+  async receipts(
+    filter: {
+      principal?: string;
+      tool?: string;
+      decision?: string;
+      outcome?: string;
+      error_code?: string;
+      rule?: string;
+      session_id?: string;
+      since?: string;
+      until?: string;
+      limit?: number;
+      cursor?: string;
+    } = {},
+    o: CallOptions = {},
+  ): Promise<ReceiptList> {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(filter)) if (v !== undefined && v !== "") q.set(k, String(v));
+    const qs = q.toString();
+    return this.read<ReceiptList>("GET", "/v1/receipts" + (qs ? "?" + qs : ""), undefined, o);
+  }
+
+  /** One receipt by id (auditor role). */
+  receipt(id: string, o: CallOptions = {}): Promise<Receipt> {
+    return this.read<Receipt>("GET", "/v1/receipts/" + encodeURIComponent(id), undefined, o);
+  }
+
+  private async read<T>(method: string, path: string, body: string | undefined, o: CallOptions): Promise<T> {
+    const { status, body: data } = await this.request(method, path, body, retryRead, o);
+    if (status !== 200) {
+      const e = (data as ErrorBody | undefined)?.error;
+      if (!e || typeof e !== "object") throw new PortcullisError(status, undefined, snippet(data));
+      throw new PortcullisError(status, e.code, e.message, e.details ?? {});
+    }
+    return data as T;
+  }
+
+  private async request(method: string, path: string, body: string | undefined, retry: RetryPolicy, o: CallOptions): Promise<{ status: number; body: unknown }> {
+    for (let attempt = 0; ; attempt++) {
+      const { status, body: data, headers } = await this.once(method, path, body, o);
+      if (attempt >= this.opts.retries || !retry(status, data)) return { status, body: data };
+      await sleep(this.delay(attempt, headers), o.signal);
+    }
+  }
+
+  private async once(method: string, path: string, body: string | undefined, o: CallOptions): Promise<{ status: number; body: unknown; headers: Headers }> {
+    const headers: Record<string, string> = {
+      Authorization: `Bearer ${this.apiKey}`,
+      Accept: "application/json",
+    };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const tp = o.traceparent ?? this.opts.traceparent?.();
+    if (tp) headers["traceparent"] = tp;
+    const signals = [AbortSignal.timeout(this.opts.timeoutMs)];
+    if (o.signal) signals.push(o.signal);
+    const res = await this.opts.fetch(this.baseUrl + path, { method, headers, body, signal: anySignal(signals) });
+    const text = await res.text();
+    let data: unknown = text;
+    try {
+      data = text ? JSON.parse(text) : undefined;
+    } catch {
+      // not the gateway's JSON: kept as text for the error message
+    }
+    return { status: res.status, body: data, headers: res.headers };
+  }
+
+  private delay(attempt: number, headers: Headers): number {
+    const ra = headers.get("Retry-After");
+    if (ra && /^\d+$/.test(ra.trim())) return Math.min(Number(ra) * 1000, this.opts.maxBackoffMs);
+    const window = Math.min(this.opts.backoffMs * 2 ** attempt, this.opts.maxBackoffMs);
+    return window / 2 + Math.random() * (window / 2);
+  }
+}
+
+/** AbortSignal.any where available (Node >= 20.3), else the same by hand. */
+function anySignal(signals: AbortSignal[]): AbortSignal {
+  if (signals.length === 1) return signals[0]!;
+  const any = (AbortSignal as unknown as { any?: (s: AbortSignal[]) => AbortSignal }).any;
+  if (any) return any(signals);
+  const ctl = new AbortController();
+  for (const s of signals) {
+    if (s.aborted) {
+      ctl.abort(s.reason);
+      break;
+    }
+    s.addEventListener("abort", () => ctl.abort(s.reason), { once: true });
+  }
+  return ctl.signal;
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal!.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+function snippet(body: unknown): string {
+  const s = typeof body === "string" ? body : JSON.stringify(body ?? "");
+  return (s || "empty answer").slice(0, 200);
+}

@@ -1,0 +1,79 @@
+// The MCP endpoint, driven by the official MCP TypeScript SDK client over
+// Streamable HTTP: a real third-party client, not our own encoder.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+
+import { Client as McpClient } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+
+import { Client } from "../src/index.js";
+import { startGateway, type Gateway } from "./gateway.js";
+
+let gw: Gateway;
+before(async () => { gw = await startGateway(); });
+after(() => gw.stop());
+
+async function connect(key: string): Promise<{ client: McpClient; transport: StreamableHTTPClientTransport }> {
+  const transport = new StreamableHTTPClientTransport(new URL(gw.url + "/mcp"), {
+    requestInit: { headers: { Authorization: `Bearer ${key}` } },
+  });
+  const client = new McpClient({ name: "portcullis-mcp-test", version: "1.0.0" });
+  await client.connect(transport);
+  return { client, transport };
+}
+
+interface TextContent { type: string; text: string }
+
+test("official MCP client: initialize, list, call allowed and denied tools", async () => {
+  const { client, transport } = await connect(gw.keys.agent);
+  assert.ok(transport.sessionId, "no Mcp-Session-Id negotiated");
+  assert.equal(client.getServerVersion()?.name, "portcullis");
+  assert.ok(client.getServerCapabilities()?.tools);
+
+  const { tools } = await client.listTools();
+  assert.deepEqual(tools.map((t) => t.name), ["Exec", "fs.list", "fs.read", "fs.search", "fs.write"]);
+  const exec = tools.find((t) => t.name === "Exec")!;
+  assert.equal(exec.inputSchema.type, "object");
+  assert.ok(exec.inputSchema.properties && "argv" in exec.inputSchema.properties);
+  // Same tools, same schemas as GET /v1/tools.
+  const rest = await new Client(gw.url, gw.keys.agent).tools();
+  assert.deepEqual(tools.map((t) => t.inputSchema), rest.map((t) => t.function.parameters));
+
+  const ok = await client.callTool({ name: "Exec", arguments: { argv: ["/bin/echo", "via mcp"] } });
+  assert.equal(ok.isError, false);
+  const out = JSON.parse((ok.content as TextContent[])[0]!.text) as { success: boolean; data: { stdout: string } };
+  assert.equal(out.success, true);
+  assert.equal(out.data.stdout, "via mcp\n");
+  const rid = (ok._meta as Record<string, unknown>)["portcullis/receipt_id"] as string;
+  const auditor = new Client(gw.url, gw.keys.auditor);
+  const rc = await auditor.receipt(rid);
+  assert.deepEqual([rc.principal_id, rc.session_id, rc.decision, rc.outcome?.status],
+    ["agent", transport.sessionId, "allow", "succeeded"]);
+
+  // Outside the grants: refused by enforcement, reported as a tool error.
+  const outside = await client.callTool({ name: "fs.read", arguments: { path: "/etc/hostname" } });
+  assert.equal(outside.isError, true);
+
+  await transport.terminateSession();
+  await client.close();
+});
+
+test("official MCP client: a principal without grants is denied, and recorded", async () => {
+  const { client, transport } = await connect(gw.keys["agent-noexec"]);
+  assert.deepEqual((await client.listTools()).tools, []);
+  const res = await client.callTool({ name: "Exec", arguments: { argv: ["/bin/echo", "no"] } });
+  assert.equal(res.isError, true);
+  const out = JSON.parse((res.content as TextContent[])[0]!.text) as { error: { code: string } };
+  assert.equal(out.error.code, "permission_denied");
+  const rid = (res._meta as Record<string, unknown>)["portcullis/receipt_id"] as string;
+  const rc = await new Client(gw.url, gw.keys.auditor).receipt(rid);
+  assert.deepEqual([rc.principal_id, rc.decision], ["agent-noexec", "deny"]);
+  await transport.terminateSession();
+  await client.close();
+});
+
+test("official MCP client: no key, no session", async () => {
+  const transport = new StreamableHTTPClientTransport(new URL(gw.url + "/mcp"));
+  const client = new McpClient({ name: "anon", version: "1.0.0" });
+  await assert.rejects(client.connect(transport));
+});
