@@ -17,6 +17,8 @@
 #   PORTCULLIS_REQUIRE_BWRAP=1     fail when bubblewrap is missing
 #   PORTCULLIS_REQUIRE_CHROMIUM=1  fail when Chromium is missing (otherwise the
 #                                  explorer browser test skips, saying why)
+#   PORTCULLIS_REQUIRE_TMPFS=1     fail when a tmpfs cannot be mounted (root) for the
+#                                  SQLite disk-full fault test, instead of skipping
 #   PORTCULLIS_CHROMIUM=/path      the Chromium binary to use (default: found)
 #   PORTCULLIS_FUZZTIME=10s        per-target fuzz time (0 or "off" skips fuzzing)
 #   PORTCULLIS_TEST_RACE=0         run unit tests without -race

@@ -8,9 +8,11 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,7 +55,9 @@ func newPGCluster(t *testing.T) *pgCluster {
 	}
 	c := &pgCluster{bin: bin, dir: dir}
 	t.Cleanup(func() {
-		// Immediate: the data is thrown away anyway.
+		// Immediate: the data is thrown away anyway. A failed stall test
+		// may leave the cluster stopped with SIGSTOP: continue it first.
+		_ = c.resume()
 		_ = c.ctl(context.Background(), "-D", c.dataDir(), "-m", "immediate", "-w", "-t", "30", "stop")
 		_ = os.RemoveAll(dir)
 	})
@@ -173,4 +177,70 @@ func (c *pgCluster) createDB(t *testing.T, name string) string {
 		t.Fatalf("create database %s: %v", name, err)
 	}
 	return c.url(name)
+}
+
+// processes returns the postmaster's pid followed by its children's (the
+// backends, checkpointer, WAL writer, ...), read from postmaster.pid and
+// /proc.
+func (c *pgCluster) processes() ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(c.dataDir(), "postmaster.pid"))
+	if err != nil {
+		return nil, err
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pm, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return nil, fmt.Errorf("postmaster.pid: %q: %v", first, err)
+	}
+	pids := []int{pm}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid == pm {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// pause stalls the whole cluster with SIGSTOP, postmaster first so it
+// forks no new backend: connections stay open and accepted by the kernel
+// but nothing answers, as with a hung server, a storage freeze or a
+// network partition that drops packets. resume undoes it.
+func (c *pgCluster) pause() error { return c.signalAll(syscall.SIGSTOP, false) }
+
+// resume continues a paused cluster, children first.
+func (c *pgCluster) resume() error { return c.signalAll(syscall.SIGCONT, true) }
+
+func (c *pgCluster) signalAll(sig syscall.Signal, reverse bool) error {
+	pids, err := c.processes()
+	if err != nil {
+		return err
+	}
+	if reverse {
+		slices.Reverse(pids)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH {
+			return fmt.Errorf("kill -%d %d: %w", sig, pid, err)
+		}
+	}
+	if len(pids) < 2 {
+		return fmt.Errorf("found only %d PostgreSQL processes: %v", len(pids), pids)
+	}
+	return nil
 }

@@ -300,7 +300,8 @@ func openStack(ctx context.Context, cfg config.Config, log *slog.Logger) (*stack
 	if err != nil {
 		return nil, err
 	}
-	st.writer = evidence.NewWriter(st.store, evidence.WriterOptions{InstanceID: st.instanceID, Logger: log})
+	st.writer = evidence.NewWriter(st.store, evidence.WriterOptions{InstanceID: st.instanceID, Logger: log,
+		CommitTimeout: time.Duration(cfg.Evidence.CommitTimeout)})
 
 	runner, err := chooseRunner(ctx, cfg, log)
 	if err != nil {

@@ -105,6 +105,10 @@ type Evidence struct {
 	CheckpointInterval Duration `yaml:"checkpoint_interval"`
 	CheckpointDir      string   `yaml:"checkpoint_dir"`
 	Retention          Duration `yaml:"retention"`
+	// CommitTimeout bounds one group commit of evidence: a store that does
+	// not commit within it (down, stalled, locked) counts as unavailable,
+	// and the calls waiting on it are refused evidence_unavailable.
+	CommitTimeout Duration `yaml:"commit_timeout"`
 }
 
 // Principal is a configured caller; only the SHA-256 of its key is stored.
@@ -189,6 +193,7 @@ func Default() Config {
 		Evidence: Evidence{
 			CheckpointInterval: Duration(10 * time.Second),
 			Retention:          Duration(400 * 24 * time.Hour),
+			CommitTimeout:      Duration(10 * time.Second),
 		},
 		Sandbox: Sandbox{Backend: "auto"},
 	}
@@ -417,6 +422,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Evidence.Retention < 0 {
 		bad("evidence.retention", "must not be negative")
+	}
+	if c.Evidence.CommitTimeout < Duration(100*time.Millisecond) || c.Evidence.CommitTimeout > Duration(5*time.Minute) {
+		bad("evidence.commit_timeout", "want 100ms to 5m, got %s", time.Duration(c.Evidence.CommitTimeout))
 	}
 	switch c.Sandbox.Backend {
 	case "auto", "bwrap", "process":

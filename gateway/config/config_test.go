@@ -47,6 +47,7 @@ func TestEnvOverrides(t *testing.T) {
 		"PORTCULLIS_POLICY_BUNDLE=/tmp/other",
 		"PORTCULLIS_POLICY_POLL_INTERVAL=5s",
 		"PORTCULLIS_EVIDENCE_RETENTION=30d",
+		"PORTCULLIS_EVIDENCE_COMMIT_TIMEOUT=3s",
 		"PORTCULLIS_SANDBOX_REQUIRE=true",
 		`PORTCULLIS_PRINCIPALS=[{"id":"x","roles":["auditor"],"api_key_sha256":"` + goodHash + `"}]`,
 		"UNRELATED=1",
@@ -57,8 +58,8 @@ func TestEnvOverrides(t *testing.T) {
 	if cfg.Listen != "127.0.0.1:7000" || cfg.Policy.Bundle != "/tmp/other" || !cfg.Sandbox.Require {
 		t.Errorf("scalars not overridden: %+v", cfg)
 	}
-	if cfg.Policy.PollInterval.Std() != 5*time.Second || cfg.Evidence.Retention.Std() != 30*24*time.Hour {
-		t.Errorf("durations: poll %v retention %v", cfg.Policy.PollInterval.Std(), cfg.Evidence.Retention.Std())
+	if cfg.Policy.PollInterval.Std() != 5*time.Second || cfg.Evidence.Retention.Std() != 30*24*time.Hour || cfg.Evidence.CommitTimeout.Std() != 3*time.Second {
+		t.Errorf("durations: poll %v retention %v commit timeout %v", cfg.Policy.PollInterval.Std(), cfg.Evidence.Retention.Std(), cfg.Evidence.CommitTimeout.Std())
 	}
 	if len(cfg.Principals) != 1 || cfg.Principals[0].ID != "x" || cfg.Principals[0].Roles[0] != "auditor" {
 		t.Errorf("principals = %+v", cfg.Principals)
@@ -114,6 +115,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"debug no port", "debug: {listen: 127.0.0.1}\n", nil, "debug.listen"},
 		{"debug bad port", "debug: {listen: \"127.0.0.1:http\"}\n", nil, "debug.listen"},
 		{"debug from env", "", []string{"PORTCULLIS_DEBUG_LISTEN=[::]:6060"}, "debug.listen"},
+		{"commit timeout too short", "evidence: {commit_timeout: 10ms}\n", nil, "evidence.commit_timeout"},
+		{"commit timeout from env", "", []string{"PORTCULLIS_EVIDENCE_COMMIT_TIMEOUT=1h"}, "evidence.commit_timeout"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

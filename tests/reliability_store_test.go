@@ -72,19 +72,84 @@ func isAllowedOK(s *sent) bool {
 	return s.kind == kindAllow && s.status == http.StatusOK && s.receiptID != "" && !s.unrecord
 }
 
-// TestReliabilityDatabaseFaults runs the gateway on a PostgreSQL cluster
-// the test owns, with 32 clients calling, and crashes the database
-// (pg_ctl stop -m immediate): calls fail closed with 503
-// evidence_unavailable and nothing they asked for runs (each allowed call
-// would create a marker file), /readyz goes not ready. After pg_ctl start
-// the gateway recovers by itself (ready, calls succeed), every answered
-// call has its receipt, and `gateway evidence verify` passes.
-func TestReliabilityDatabaseFaults(t *testing.T) {
+// storeFault is a way the evidence store fails. prepare sets the
+// deployment up for it and returns how to bring the fault about (down)
+// and end it (up).
+type storeFault struct {
+	name    string
+	prepare func(t *testing.T, d *deployment) (down, up func(context.Context) error)
+	// commitTimeout is evidence.commit_timeout for the gateway ("" keeps
+	// the default): how long a commit may hang before the call is refused.
+	commitTimeout string
+}
+
+// onCluster points d at a throwaway PostgreSQL cluster and makes the
+// fault of down and up on it.
+func onCluster(down, up func(context.Context, *pgCluster) error) func(*testing.T, *deployment) (func(context.Context) error, func(context.Context) error) {
+	return func(t *testing.T, d *deployment) (func(context.Context) error, func(context.Context) error) {
+		cluster := newPGCluster(t)
+		d.useDatabase(t, cluster.createDB(t, "portcullis_fault"))
+		return func(ctx context.Context) error { return down(ctx, cluster) },
+			func(ctx context.Context) error { return up(ctx, cluster) }
+	}
+}
+
+var storeFaults = []storeFault{{
+	// A crash: pg_ctl stop -m immediate kills every backend at once, so
+	// connections fail fast; the next start runs crash recovery.
+	name: "postgres-crash",
+	prepare: onCluster(
+		func(ctx context.Context, c *pgCluster) error { return c.stopImmediate(ctx) },
+		func(ctx context.Context, c *pgCluster) error { return c.start(ctx) }),
+}, {
+	// A stall: every PostgreSQL process is stopped with SIGSTOP, so
+	// connections stay open and nothing answers (a hung server, a frozen
+	// disk, a partition that drops packets). Only evidence.commit_timeout
+	// ends a commit; a transaction whose COMMIT was sent before the stall
+	// may still commit when the server continues, after its caller was
+	// refused.
+	name: "postgres-stall",
+	prepare: onCluster(
+		func(_ context.Context, c *pgCluster) error { return c.pause() },
+		func(_ context.Context, c *pgCluster) error { return c.resume() }),
+	commitTimeout: "2s",
+}, {
+	// The embedded store's file system fills up (ENOSPC, SQLITE_FULL):
+	// the data directory is a small tmpfs and a ballast file takes its
+	// last free byte; deleting it ends the fault.
+	name:    "sqlite-disk-full",
+	prepare: onFullDisk,
+}}
+
+// TestReliabilityStoreFaults runs the gateway with 32 clients calling and
+// makes its evidence store fail in each way of storeFaults: calls fail
+// closed with 503 evidence_unavailable and nothing they asked for runs
+// (each allowed call would create a marker file), /readyz goes not ready.
+// When the fault ends the gateway recovers by itself (ready, calls
+// succeed), every answered call has its receipt, and `gateway evidence
+// verify` passes.
+func TestReliabilityStoreFaults(t *testing.T) {
 	t.Parallel()
-	cluster := newPGCluster(t)
+	for _, f := range storeFaults {
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			testStoreFault(t, f)
+		})
+	}
+}
+
+func testStoreFault(t *testing.T, f storeFault) {
 	d := newDeployment(t, storeSQLite)
-	d.useDatabase(t, cluster.createDB(t, "portcullis_fault"))
+	down, up := f.prepare(t, d)
 	vkey := withCheckpoints(t, d)
+	var commitTimeout time.Duration
+	if f.commitTimeout != "" {
+		d.env = append(d.env, "PORTCULLIS_EVIDENCE_COMMIT_TIMEOUT="+f.commitTimeout)
+		var err error
+		if commitTimeout, err = time.ParseDuration(f.commitTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
 	g := d.start(t)
 	l := newLoadGen(t, g, d.scratch)
 
@@ -107,20 +172,20 @@ func TestReliabilityDatabaseFaults(t *testing.T) {
 		t.Fatalf("load did not reach %d allowed calls in 90s: %s", warm, summarize(l.snapshot()))
 	}
 
-	// The database crashes.
+	// The store fails.
 	tStop := time.Now()
-	if err := cluster.stopImmediate(context.Background()); err != nil {
+	if err := down(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	stopTook := time.Since(tStop)
 	tDown := time.Now()
 	toRefuse, ok := pollUntil(30*time.Second, func() bool { return l.countAnswers(tDown, isUnavailable) > 0 })
 	if !ok {
-		t.Fatalf("no call answered 503 evidence_unavailable within 30s of the database going down: %s", summarize(l.snapshot()))
+		t.Fatalf("no call answered 503 evidence_unavailable within 30s of the store failing: %s", summarize(l.snapshot()))
 	}
 	toUnready, ok := pollUntil(30*time.Second, func() bool { return g.readyz() == http.StatusServiceUnavailable })
 	if !ok {
-		t.Fatal("/readyz still ready 30s after the database went down")
+		t.Fatal("/readyz still ready 30s after the store failed")
 	}
 	toUnready += toRefuse
 	outage := pick(2*time.Second, 15*time.Second)
@@ -132,20 +197,20 @@ func TestReliabilityDatabaseFaults(t *testing.T) {
 	}
 	refusedDuring := l.countAnswers(tDown, isUnavailable)
 
-	// The database comes back.
+	// The store comes back.
 	tStart := time.Now()
-	if err := cluster.start(context.Background()); err != nil {
+	if err := up(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	startTook := time.Since(tStart)
 	tUp := time.Now()
 	toSuccess, ok := pollUntil(60*time.Second, func() bool { return l.countAnswers(tUp, isAllowedOK) > 0 })
 	if !ok {
-		t.Fatalf("no call succeeded within 60s of the database coming back: %s", summarize(l.snapshot()))
+		t.Fatalf("no call succeeded within 60s of the store coming back: %s", summarize(l.snapshot()))
 	}
 	toReady, ok := pollUntil(60*time.Second, func() bool { return g.readyz() == http.StatusOK })
 	if !ok {
-		t.Fatal("/readyz not ready 60s after the database came back")
+		t.Fatal("/readyz not ready 60s after the store came back")
 	}
 	after := pick(200, 2000)
 	if _, ok := pollUntil(90*time.Second, func() bool { return l.countAnswers(tUp, isAllowedOK) >= after }); !ok {
@@ -154,9 +219,9 @@ func TestReliabilityDatabaseFaults(t *testing.T) {
 	stopLoad()
 	res := l.snapshot()
 	t.Logf("%d calls by %d clients: %s", len(res), clients, summarize(res))
-	t.Logf("pg_ctl stop -m immediate took %s; first evidence_unavailable %s after, /readyz not ready %s after; %d refusals in a %s outage",
-		stopTook.Round(time.Millisecond), toRefuse.Round(time.Millisecond), toUnready.Round(time.Millisecond), refusedDuring, outage)
-	t.Logf("pg_ctl start took %s; first successful call %s after it returned, /readyz ready %s after it returned",
+	t.Logf("%s: bringing it about took %s; first evidence_unavailable %s after, /readyz not ready %s after; %d refusals in a %s outage",
+		f.name, stopTook.Round(time.Millisecond), toRefuse.Round(time.Millisecond), toUnready.Round(time.Millisecond), refusedDuring, outage)
+	t.Logf("ending it took %s; first successful call %s after it returned, /readyz ready %s after it returned",
 		startTook.Round(time.Millisecond), toSuccess.Round(time.Millisecond), toReady.Round(time.Millisecond))
 	if toSuccess > 30*time.Second {
 		t.Errorf("recovery took %s: want the gateway to recover within seconds", toSuccess)
@@ -165,6 +230,7 @@ func TestReliabilityDatabaseFaults(t *testing.T) {
 	p := &problems{t: t}
 	byCall := map[string]*sent{}
 	ran, notRun, unrecorded := 0, 0, 0
+	var maxRefusal time.Duration
 	for _, s := range res {
 		byCall[s.callID] = s
 		if s.err != nil {
@@ -176,6 +242,12 @@ func TestReliabilityDatabaseFaults(t *testing.T) {
 		case isUnavailable(s):
 			if s.receiptID != "" {
 				p.add("call %d answered evidence_unavailable with receipt_id %s", s.i, s.receiptID)
+			}
+			maxRefusal = max(maxRefusal, s.latency)
+			// A caller waits for at most its own commit and the stalled
+			// one queued before it; the slack is for a loaded machine.
+			if commitTimeout > 0 && s.latency > 2*commitTimeout+5*time.Second {
+				p.add("call %d waited %s for evidence_unavailable, commit_timeout is %s", s.i, s.latency, commitTimeout)
 			}
 		case s.status != status || s.code != code:
 			p.add("call %d (%s): HTTP %d %q, want %d %q or 503 evidence_unavailable", s.i, s.kind, s.status, s.code, status, code)
@@ -217,9 +289,9 @@ func TestReliabilityDatabaseFaults(t *testing.T) {
 			p.add("receipt %s (call_id %q, %s/%s) belongs to no refused call", id, rc.CallID, rc.Decision, rc.status())
 		}
 	}
-	p.report("database faults")
-	t.Logf("%d allowed calls ran (%d with the outcome unrecorded), %d refused evidence_unavailable and did not run; %d receipts, %d of them for calls told evidence_unavailable",
-		ran, unrecorded, notRun, len(receipts), len(extra))
+	p.report(f.name)
+	t.Logf("%d allowed calls ran (%d with the outcome unrecorded), %d refused evidence_unavailable and did not run (the longest refusal took %s); %d receipts, %d of them for calls told evidence_unavailable",
+		ran, unrecorded, notRun, maxRefusal.Round(time.Millisecond), len(receipts), len(extra))
 	if err := g.stop(20 * time.Second); err != nil {
 		t.Fatalf("gateway stop: %v", err)
 	}
