@@ -35,9 +35,12 @@ func testStatsToolDecisionRules(t *testing.T, s evidence.Store) {
 		{"Read", wire.DecisionDeny, []string{"fs.outside_root", "fs.symlink"}},
 		{"Write", wire.DecisionInvalid, nil},
 	}
+	// One instant for every call: top is per bucket, so calls written
+	// across midnight (or an hour boundary) UTC would split the counts.
+	now := time.Now().UTC()
 	for i, c := range calls {
 		d := decision(t, fmt.Sprintf("stats-%d", i))
-		d.Tool, d.Decision, d.RuleIDs = c.tool, c.decision, c.rules
+		d.Tool, d.Decision, d.RuleIDs, d.Time = c.tool, c.decision, c.rules, now
 		if err := w.Append(ctx, d); err != nil {
 			t.Fatalf("Append: %v", err)
 		}
@@ -58,7 +61,6 @@ func testStatsToolDecisionRules(t *testing.T, s evidence.Store) {
 	closeWriter(t, later)
 
 	a := evidence.NewAuditor(l, k.verifier)
-	now := time.Now().UTC()
 	q := evidence.StatsQuery{Since: now.Add(-48 * time.Hour), Until: now.Add(time.Hour), Interval: "day"}
 	sum := func(st wire.EvidenceStats) wire.StatsBucket {
 		out := wire.StatsBucket{ByToolDecision: map[string]map[string]int64{}, ByRule: map[string]int64{}, ByTool: map[string]int64{}}
