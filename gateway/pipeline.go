@@ -25,10 +25,6 @@ import (
 	"github.com/portcullis/portcullis/wire"
 )
 
-// evidenceTimeout bounds one evidence write; the write runs detached from the
-// client's context so a disconnecting client cannot cancel its own receipt.
-const evidenceTimeout = 15 * time.Second
-
 var errTrailing = errors.New("trailing data after the JSON object")
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
@@ -138,6 +134,9 @@ func (s *Server) governedCall(ctx context.Context, p wire.Principal, body []byte
 	}); err != nil {
 		s.metrics.evidenceFailures.Inc()
 		s.log.ErrorContext(ctx, "decision event not durable; refusing to dispatch", "err", err, "tool", tool.Name())
+		// The commit's result may be unknown (lost with its connection):
+		// should the decision turn up, it gets the outcome "did not run".
+		s.queueLate(s.notRunOutcome(rec), true)
 		we := wire.Errorf(wire.CodeEvidenceUnavailable, "the evidence store is unavailable, so the call was not run; retry later")
 		return statusOf(we.Code), wire.ToolCallResponse{CallID: rec.req.CallID, Decision: s.decisionResult(rec), Output: failed(we, nil)}
 	}
@@ -153,14 +152,17 @@ func (s *Server) governedCall(ctx context.Context, p wire.Principal, body []byte
 	}
 	res.Output.Metadata["receipt_id"] = receiptID
 
+	outcome := s.outcomeEvent(rec, res)
 	if _, err := step(ctx, s, "record_outcome", func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, s.appendEvents(ctx, s.outcomeEvent(rec, res))
+		return struct{}{}, s.appendEvents(ctx, outcome)
 	}); err != nil {
-		// The call already ran; its receipt keeps its durable decision and
-		// is marked interrupted when this instance restarts.
+		// The call already ran; its receipt keeps its durable decision
+		// until the outcome is recorded late (late.go), or marked
+		// interrupted when this instance restarts first.
 		s.metrics.evidenceFailures.Inc()
-		s.log.ErrorContext(ctx, "outcome event not durable", "err", err, "receipt_id", rec.id)
+		s.log.ErrorContext(ctx, "outcome event not durable; queued to record later", "err", err, "receipt_id", rec.id)
 		res.Output.Metadata["evidence_outcome"] = "unrecorded"
+		s.queueLate(outcome, false)
 	}
 
 	status := http.StatusOK
@@ -262,8 +264,11 @@ func metricTool(s *Server, name string) string {
 	return "unknown"
 }
 
+// appendEvents makes events durable within Options.EvidenceTimeout; the
+// write runs detached from the client's context so a disconnecting client
+// cannot cancel its own receipt.
 func (s *Server) appendEvents(ctx context.Context, events ...evidence.Event) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), evidenceTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.EvidenceTimeout)
 	defer cancel()
 	return s.opts.Evidence.Append(ctx, events...)
 }

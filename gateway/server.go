@@ -67,6 +67,9 @@ type Options struct {
 	Logger       *slog.Logger
 	Registry     *prometheus.Registry
 	Now          func() time.Time
+	// EvidenceTimeout bounds one call's wait for an evidence write
+	// (default 15s); past it the call is refused evidence_unavailable.
+	EvidenceTimeout time.Duration
 	// OpenAPI is the served /openapi.json document.
 	OpenAPI []byte
 	// PolicyRevision names the live policy; receipts of calls refused
@@ -98,6 +101,7 @@ type Server struct {
 	toolList []string
 	metrics  *metrics
 	mcp      *mcpSessions
+	late     lateOutcomes
 }
 
 // New builds the server and its routes.
@@ -107,6 +111,9 @@ func New(opts Options) *Server {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.EvidenceTimeout <= 0 {
+		opts.EvidenceTimeout = 15 * time.Second
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 8 << 20

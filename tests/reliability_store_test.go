@@ -278,20 +278,58 @@ func testStoreFault(t *testing.T, f storeFault) {
 	if n := g.sumMetric(t, "portcullis_evidence_write_failures_total"); n == 0 {
 		p.add("portcullis_evidence_write_failures_total = 0 after an outage")
 	}
-	receipts := g.sessionReceipts(t, l.session)
+	// Outcomes the store did not take are recorded late, once it commits
+	// again (gateway/late.go): soon no receipt of the load is pending.
+	var receipts map[string]receipt
+	pendingLeft := -1
+	toSettled, _ := pollUntil(30*time.Second, func() bool {
+		receipts = g.sessionReceipts(t, l.session)
+		pendingLeft = 0
+		for _, rc := range receipts {
+			if rc.status() == "pending" {
+				pendingLeft++
+			}
+		}
+		return pendingLeft == 0
+	})
+	if pendingLeft != 0 {
+		p.add("%d receipts still pending 30 s after the load stopped: late outcomes were not recorded", pendingLeft)
+	}
+	lateRecorded := g.sumMetric(t, `portcullis_evidence_late_outcomes_total{result="recorded"}`)
 	extra := checkAnswered(p, res, receipts)
+	for _, s := range res {
+		// The call ran and its outcome was recorded late: the receipt
+		// says how it really ended.
+		if rc, ok := receipts[s.receiptID]; ok && s.unrecord {
+			if _, _, _, outcome := s.kind.want(); rc.status() != outcome {
+				p.add("call %d ran with its outcome unrecorded; receipt outcome %q, want %q recorded late", s.i, rc.status(), outcome)
+			}
+		}
+	}
 	for id, rc := range extra {
 		// A commit whose result was lost with the connection may hold a
 		// decision the caller was told failed: it must belong to a call
-		// answered evidence_unavailable (which did not run).
+		// answered evidence_unavailable (which did not run), and its
+		// outcome, recorded late, says so.
 		s := byCall[rc.CallID]
 		if s == nil || !isUnavailable(s) {
 			p.add("receipt %s (call_id %q, %s/%s) belongs to no refused call", id, rc.CallID, rc.Decision, rc.status())
+		} else {
+			// An allowed call refused for its decision write did not run;
+			// a denied or invalid one keeps the refusal it was written with.
+			_, wantCode, wantDecision, _ := s.kind.want()
+			if wantDecision == "allow" {
+				wantCode = "evidence_unavailable"
+			}
+			if rc.Decision != wantDecision || rc.status() != "error" || rc.Outcome.ErrorCode == nil || *rc.Outcome.ErrorCode != wantCode {
+				p.add("receipt %s of call %d (%s), refused evidence_unavailable: %s/%s, want %s with outcome error/%s: %s",
+					id, s.i, s.kind, rc.Decision, rc.status(), wantDecision, wantCode, rc.raw)
+			}
 		}
 	}
 	p.report(f.name)
-	t.Logf("%d allowed calls ran (%d with the outcome unrecorded), %d refused evidence_unavailable and did not run (the longest refusal took %s); %d receipts, %d of them for calls told evidence_unavailable",
-		ran, unrecorded, notRun, maxRefusal.Round(time.Millisecond), len(receipts), len(extra))
+	t.Logf("%d allowed calls ran (%d with the outcome unrecorded), %d refused evidence_unavailable and did not run (the longest refusal took %s); %d receipts, %d of them for calls told evidence_unavailable; %v outcomes recorded late, none pending %s after the load stopped",
+		ran, unrecorded, notRun, maxRefusal.Round(time.Millisecond), len(receipts), len(extra), lateRecorded, toSettled.Round(time.Millisecond))
 	if err := g.stop(20 * time.Second); err != nil {
 		t.Fatalf("gateway stop: %v", err)
 	}

@@ -103,6 +103,8 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		InstanceID: st.instanceID, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registry: reg,
 		OpenAPI: gateway.OpenAPIDocument, PolicyRevision: st.revision, MCPAllowedOrigins: cfg.MCP.AllowedOrigins,
 		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: auditor,
+		// A call's write may queue behind one commit that times out.
+		EvidenceTimeout: 2*cfg.Evidence.CommitTimeout.Std() + time.Second,
 	})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -132,6 +134,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	go reloadOnHUP(ctx, st, log)
 	go st.policy.manager.Run(ctx)
+	go srv.Run(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -144,6 +147,9 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
 		log.Error("shutdown did not finish in time", "err", err)
+	}
+	if n := srv.FlushLate(sctx); n > 0 {
+		log.Warn("outcomes not recorded before stopping: the next start marks their calls interrupted", "count", n)
 	}
 	if err := st.writer.Close(sctx); err != nil {
 		log.Error("flushing evidence", "err", err)
