@@ -233,6 +233,9 @@ func (e *benchEnv) startGateway(ctx context.Context, o gatewayOptions) (*server,
 	// the shipped data.json; the bench grant would fail one of them.
 	fmt.Fprintf(&c, "policy:\n  bundle: %s\n  run_tests: false\n", q(o.bundle))
 	fmt.Fprintf(&c, "sandbox:\n  backend: %s\n", o.backend)
+	if e.cfg.gatewayDebug != "" {
+		fmt.Fprintf(&c, "debug:\n  listen: %s\n", q(e.cfg.gatewayDebug))
+	}
 	fmt.Fprintf(&c, "principals:\n  - id: %s\n    roles: [agent]\n    attributes: {team: bench}\n    api_key_sha256: %s\n",
 		q(benchPrincipal), q(hex.EncodeToString(sum[:])))
 	cfgPath := filepath.Join(dir, "portcullis.yaml")

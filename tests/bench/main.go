@@ -49,6 +49,7 @@ type config struct {
 	repo            string
 	keep            bool
 	gatewayLogLevel string
+	gatewayDebug    string // debug.listen of the gateways under test, "" for none
 	opaLogLevel     string
 	render          string // re-render this results.json instead of running
 }
@@ -101,6 +102,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.render, "render", "", "re-render results.md and the plots from this results.json into -out (default: its folder), running nothing")
 	fs.BoolVar(&c.keep, "keep", false, "keep the work directory (configs, server logs, OPA decision logs)")
 	fs.StringVar(&c.gatewayLogLevel, "gateway-log-level", "info", "gateway log_level (info logs one line per request, the default deployment)")
+	fs.StringVar(&c.gatewayDebug, "gateway-debug", "", "debug.listen of the gateways under test (loopback pprof, e.g. 127.0.0.1:6060), to profile them during a run")
 	fs.StringVar(&c.opaLogLevel, "opa-log-level", "info", "opa --log-level (info logs two lines per request, OPA's default)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
