@@ -27,6 +27,8 @@ const (
 	hostileIdleTimeout   = 3 * time.Second
 	hostileHeaderBytes   = 16384
 	hostileBodyBytes     = 65536
+	// runtime.memory_limit, in MiB.
+	hostileMemoryLimitMiB = 160
 )
 
 // withHTTPLimits appends the server limits to the deployment's config.
@@ -38,6 +40,10 @@ func withHTTPLimits(t *testing.T, d *deployment) {
 	}
 	fmt.Fprintf(f, "max_body_bytes: %d\nhttp:\n  read_header_timeout: %s\n  read_timeout: %s\n  idle_timeout: %s\n  max_header_bytes: %d\n",
 		hostileBodyBytes, hostileHeaderTimeout, hostileReadTimeout, hostileIdleTimeout, hostileHeaderBytes)
+	// A memory limit as operations.md#sizing advises for production: at
+	// the default runtime.gc_percent (400) the heap may otherwise reach
+	// five times the live heap, garbage the attack churns through.
+	fmt.Fprintf(f, "runtime:\n  memory_limit: %dMiB\n", hostileMemoryLimitMiB)
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -65,6 +65,9 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	log := newLogger(stderr, cfg.LogLevel)
+	if err := tuneGC(cfg.Runtime, os.Getenv, log); err != nil {
+		return err
+	}
 	shutdownTracing, err := setupTracing(ctx, log)
 	if err != nil {
 		return err

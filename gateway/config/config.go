@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -38,6 +39,46 @@ type Config struct {
 	Tools        Tools       `yaml:"tools"`
 	MCP          MCP         `yaml:"mcp"`
 	Debug        Debug       `yaml:"debug"`
+	Runtime      Runtime     `yaml:"runtime"`
+}
+
+// Runtime tunes the Go runtime's garbage collector for serve. The standard
+// GOGC and GOMEMLIMIT variables, when set, win over these.
+type Runtime struct {
+	// GCPercent is GOGC: how much the heap may grow over the live heap
+	// before a collection. The gateway's live heap is small but holds the
+	// compiled policy, which every cycle scans, so fewer cycles buy much
+	// CPU for a little memory (docs/performance.md#garbage-collection).
+	// -1 turns the proportional trigger off, which needs MemoryLimit.
+	GCPercent int `yaml:"gc_percent"`
+	// MemoryLimit is GOMEMLIMIT, a soft limit on the Go heap and runtime
+	// (e.g. 512MiB, 2GiB); empty sets none. In a container, set it to
+	// about 80% of the container's memory.
+	MemoryLimit string `yaml:"memory_limit"`
+}
+
+// MemoryLimitBytes parses MemoryLimit in GOMEMLIMIT's syntax: a number of
+// bytes with an optional B, KiB, MiB, GiB or TiB suffix. 0 when empty.
+func (r Runtime) MemoryLimitBytes() (int64, error) {
+	s := strings.TrimSpace(r.MemoryLimit)
+	if s == "" {
+		return 0, nil
+	}
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"B", 1}} {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = n, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("want a positive size such as 512MiB or 2GiB, got %q", r.MemoryLimit)
+	}
+	return n * mult, nil
 }
 
 // Debug configures the opt-in diagnostics listener.
@@ -196,6 +237,7 @@ func Default() Config {
 			CommitTimeout:      Duration(10 * time.Second),
 		},
 		Sandbox: Sandbox{Backend: "auto"},
+		Runtime: Runtime{GCPercent: 400},
 	}
 }
 
@@ -435,6 +477,16 @@ func (c *Config) Validate() error {
 		if fi, err := os.Stat(d); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 			bad("tools.deno", "want the path of an executable deno binary, got %q", d)
 		}
+	}
+	limit, err := c.Runtime.MemoryLimitBytes()
+	if err != nil {
+		bad("runtime.memory_limit", "%v", err)
+	}
+	switch {
+	case c.Runtime.GCPercent == -1 && limit == 0 && err == nil:
+		bad("runtime.gc_percent", "-1 (collections only at the memory limit) needs runtime.memory_limit")
+	case c.Runtime.GCPercent < -1 || (c.Runtime.GCPercent >= 0 && c.Runtime.GCPercent < 25) || c.Runtime.GCPercent > 10000:
+		bad("runtime.gc_percent", "want 25 to 10000, or -1 with runtime.memory_limit, got %d", c.Runtime.GCPercent)
 	}
 	if c.Debug.Listen != "" {
 		if err := loopbackAddr(c.Debug.Listen); err != nil {

@@ -48,6 +48,8 @@ func TestEnvOverrides(t *testing.T) {
 		"PORTCULLIS_POLICY_POLL_INTERVAL=5s",
 		"PORTCULLIS_EVIDENCE_RETENTION=30d",
 		"PORTCULLIS_EVIDENCE_COMMIT_TIMEOUT=3s",
+		"PORTCULLIS_RUNTIME_GC_PERCENT=-1",
+		"PORTCULLIS_RUNTIME_MEMORY_LIMIT=768MiB",
 		"PORTCULLIS_SANDBOX_REQUIRE=true",
 		`PORTCULLIS_PRINCIPALS=[{"id":"x","roles":["auditor"],"api_key_sha256":"` + goodHash + `"}]`,
 		"UNRELATED=1",
@@ -60,6 +62,9 @@ func TestEnvOverrides(t *testing.T) {
 	}
 	if cfg.Policy.PollInterval.Std() != 5*time.Second || cfg.Evidence.Retention.Std() != 30*24*time.Hour || cfg.Evidence.CommitTimeout.Std() != 3*time.Second {
 		t.Errorf("durations: poll %v retention %v commit timeout %v", cfg.Policy.PollInterval.Std(), cfg.Evidence.Retention.Std(), cfg.Evidence.CommitTimeout.Std())
+	}
+	if n, err := cfg.Runtime.MemoryLimitBytes(); cfg.Runtime.GCPercent != -1 || n != 768<<20 || err != nil {
+		t.Errorf("runtime = %+v (limit %d, %v)", cfg.Runtime, n, err)
 	}
 	if len(cfg.Principals) != 1 || cfg.Principals[0].ID != "x" || cfg.Principals[0].Roles[0] != "auditor" {
 		t.Errorf("principals = %+v", cfg.Principals)
@@ -117,6 +122,10 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"debug from env", "", []string{"PORTCULLIS_DEBUG_LISTEN=[::]:6060"}, "debug.listen"},
 		{"commit timeout too short", "evidence: {commit_timeout: 10ms}\n", nil, "evidence.commit_timeout"},
 		{"commit timeout from env", "", []string{"PORTCULLIS_EVIDENCE_COMMIT_TIMEOUT=1h"}, "evidence.commit_timeout"},
+		{"gc percent too low", "runtime: {gc_percent: 10}\n", nil, "runtime.gc_percent"},
+		{"gc off without a limit", "runtime: {gc_percent: -1}\n", nil, "runtime.gc_percent"},
+		{"memory limit unit", "runtime: {memory_limit: 2GB}\n", nil, "runtime.memory_limit"},
+		{"memory limit from env", "", []string{"PORTCULLIS_RUNTIME_MEMORY_LIMIT=lots"}, "runtime.memory_limit"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -209,6 +218,25 @@ func TestDebugListenAccepted(t *testing.T) {
 		}
 		if cfg.Debug.Listen != addr {
 			t.Errorf("debug.listen = %q, want %q", cfg.Debug.Listen, addr)
+		}
+	}
+}
+
+func TestMemoryLimitBytes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"", 0, true}, {"1024", 1024, true}, {"100B", 100, true}, {"512KiB", 512 << 10, true},
+		{"768MiB", 768 << 20, true}, {" 2GiB ", 2 << 30, true}, {"1TiB", 1 << 40, true},
+		{"0", 0, false}, {"-1GiB", 0, false}, {"2GB", 0, false}, {"1.5GiB", 0, false},
+		{"MiB", 0, false}, {"9999999TiB", 0, false},
+	} {
+		got, err := Runtime{MemoryLimit: tc.in}.MemoryLimitBytes()
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("MemoryLimitBytes(%q) = %d, %v; want %d (ok %v)", tc.in, got, err, tc.want, tc.ok)
 		}
 	}
 }

@@ -243,6 +243,12 @@ func (e *benchEnv) startGateway(ctx context.Context, o gatewayOptions) (*server,
 		return nil, err
 	}
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}
+	// The Go runtime's own knobs pass through, to measure their effect.
+	for _, k := range []string{"GOGC", "GOMEMLIMIT", "GOMAXPROCS"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
 	argv := []string{e.gatewayBin, "serve", "--config", cfgPath}
 	s, err := startServer(ctx, "gateway-"+o.name, argv, env, dir, filepath.Join(dir, "gateway.log"), port, "/readyz")
 	if err != nil {
