@@ -304,18 +304,14 @@ func (w *Writer) prepare(e Event) (Event, error) {
 		e.Body = nil
 	}
 	if e.Scope != nil {
-		var s wire.Scope
-		if err := roundTrip(e.Scope, &s); err != nil {
-			return Event{}, fmt.Errorf("%w: event %s scope: %v", ErrInvalidEvent, e.ID, err)
-		}
-		e.Scope = &s
+		e.Scope = copyScope(e.Scope)
 	}
 	if e.Outcome != nil {
-		var o wire.Outcome
-		if err := roundTrip(e.Outcome, &o); err != nil {
+		o, err := copyOutcome(e.Outcome)
+		if err != nil {
 			return Event{}, fmt.Errorf("%w: event %s outcome: %v", ErrInvalidEvent, e.ID, err)
 		}
-		e.Outcome = &o
+		e.Outcome = o
 	}
 	if e.ParentReceiptID != nil {
 		p := *e.ParentReceiptID
@@ -335,14 +331,6 @@ func NormalizeTime(t time.Time) time.Time {
 func cleanText(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	return strings.ReplaceAll(s, "\x00", "\uFFFD")
-}
-
-func roundTrip(in, out any) error {
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, out)
 }
 
 func (w *Writer) loop() {

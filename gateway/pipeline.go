@@ -52,7 +52,7 @@ func (s *Server) toolCall(c echo.Context) error {
 	p, _ := principalOf(c)
 	body, we := s.readBody(c)
 	status, resp := s.governedCall(c.Request().Context(), p, body, we, nil, 0)
-	return c.JSON(status, resp)
+	return writeAnswer(c, status, resp)
 }
 
 // governedCall runs one call through the pipeline: validate, decide,

@@ -82,6 +82,20 @@ type PolicyReload struct {
 	At       time.Time `json:"at"`
 }
 
+// CompactJSON is JSON exactly as encoding/json's Marshal wrote it: valid,
+// compact and HTML-escaped. A tool that encodes its data itself returns it
+// as ToolOutput.Data of this type, and the gateway writes it into the
+// answer as it is instead of scanning it again.
+type CompactJSON []byte
+
+// MarshalJSON returns j itself (null when nil).
+func (j CompactJSON) MarshalJSON() ([]byte, error) {
+	if j == nil {
+		return []byte("null"), nil
+	}
+	return j, nil
+}
+
 // ToolOutput is the standard result of every tool.
 type ToolOutput struct {
 	Success  bool           `json:"success"`

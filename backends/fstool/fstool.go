@@ -339,7 +339,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 	}
 	sum := sha256.Sum256(b)
 	res.Output.Success = true
-	res.Output.Data = json.RawMessage(b)
+	res.Output.Data = wire.CompactJSON(b)
 	res.Status = wire.StatusSucceeded
 	res.OutputSHA256 = hex.EncodeToString(sum[:])
 	return res

@@ -132,7 +132,7 @@ func (f *fixture) doWith(t testing.TB, tool string, input any, d wire.Decision) 
 			t.Errorf("failed result carries success or data: %+v", res)
 		}
 	} else {
-		o.data = res.Output.Data.(json.RawMessage)
+		o.data = json.RawMessage(res.Output.Data.(wire.CompactJSON))
 		if !res.Output.Success || res.Status != wire.StatusSucceeded || len(res.OutputSHA256) != 64 {
 			t.Errorf("successful result is inconsistent: %+v", res)
 		}
