@@ -18,86 +18,126 @@ import (
 // although the gateway knows how the call ended:
 //
 //   - the call ran but its outcome write failed (answered with
-//     metadata.evidence_outcome "unrecorded"): the outcome is known;
+//     metadata.evidence_outcome "unrecorded"): the outcome is known, and
+//     is retried until the store takes it;
 //   - the call was refused evidence_unavailable because its decision write
-//     failed, yet the decision committed after all (a COMMIT the server
-//     carried out after the gateway gave up on it): the call did not run.
+//     failed, yet the decision may have committed after all (a COMMIT the
+//     server carried out after the gateway gave up on it): the call did not
+//     run. Almost always the decision never committed (an outage refuses
+//     every call), so such a "did not run" outcome is checked once, after
+//     the write's own deadline has passed and the store has answered again
+//     for lateSettle, and written only if its decision is there, pending.
 //
-// Such outcomes wait here and are recorded once the store commits again.
-// An outcome keeps its event id across attempts, so one that did commit
-// after all is never written twice (event ids are unique in both stores).
-// A "did not run" outcome is written only once its decision is found
-// pending; if none shows up within lateGiveUp, the decision never
-// committed and there is nothing to record. The queue is bounded and lives
-// in memory: what is lost with the process (or with an overflow) is marked
-// interrupted by the next start's recovery, as before.
+// The two kinds wait in separate bounded queues, so a flood of refusals
+// during an outage never pushes out an outcome the gateway knows. An
+// outcome keeps its event id across attempts, so one that did commit after
+// all is never written twice (event ids are unique in both stores). The
+// queues live in memory: what is lost with the process (or with an
+// overflow) is marked interrupted by the next start's recovery, as before.
 const (
 	lateMax      = 10000
 	lateBatch    = 256
 	lateInterval = time.Second
-	lateGiveUp   = 2 * time.Minute
+	lateSettle   = 3 * time.Second
+	lateAttempts = 3 // tries of an outcome the store refuses (not: cannot be reached)
 )
 
 type lateItem struct {
-	event  evidence.Event // the outcome, KindOutcome, for event.ReceiptID
-	notRun bool           // the decision's own write failed: it may not exist
-	queued time.Time
+	event    evidence.Event // the outcome, KindOutcome, for event.ReceiptID
+	notRun   bool           // the decision's own write failed: it may not exist
+	queued   time.Time
+	attempts int // writes the store refused
 }
 
-type lateOutcomes struct {
+// lateQueue is a bounded FIFO of late outcomes.
+type lateQueue struct {
 	mu    sync.Mutex
 	items []lateItem
 }
 
 // add queues it; when the queue is full the oldest item gives way and
 // false is returned.
-func (l *lateOutcomes) add(it lateItem) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (q *lateQueue) add(it lateItem) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	ok := true
-	if len(l.items) >= lateMax {
-		l.items = l.items[1:]
+	if len(q.items) >= lateMax {
+		q.items = q.items[1:]
 		ok = false
 	}
-	l.items = append(l.items, it)
+	q.items = append(q.items, it)
 	return ok
 }
 
-// take removes up to n items, oldest first.
-func (l *lateOutcomes) take(n int) []lateItem {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n = min(n, len(l.items))
-	out := append([]lateItem(nil), l.items[:n]...)
-	l.items = append(l.items[:0], l.items[n:]...)
+// take removes up to n items, oldest first, that ready accepts.
+func (q *lateQueue) take(n int, ready func(lateItem) bool) []lateItem {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []lateItem
+	keep := q.items[:0]
+	for _, it := range q.items {
+		if len(out) < n && ready(it) {
+			out = append(out, it)
+		} else {
+			keep = append(keep, it)
+		}
+	}
+	clear(q.items[len(keep):])
+	q.items = keep
 	return out
 }
 
 // putBack returns items to the front of the queue, within its bound.
-func (l *lateOutcomes) putBack(items []lateItem) {
+func (q *lateQueue) putBack(items []lateItem) {
 	if len(items) == 0 {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	room := max(0, lateMax-len(l.items))
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	room := max(0, lateMax-len(q.items))
 	if len(items) > room {
 		items = items[len(items)-room:]
 	}
-	l.items = append(append(make([]lateItem, 0, len(items)+len(l.items)), items...), l.items...)
+	q.items = append(append(make([]lateItem, 0, len(items)+len(q.items)), items...), q.items...)
 }
 
-func (l *lateOutcomes) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.items)
+func (q *lateQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
 }
+
+// lateOutcomes holds both kinds, and when the store last failed.
+type lateOutcomes struct {
+	known, maybe lateQueue
+
+	mu              sync.Mutex
+	lastFailure     time.Time // the store was last seen failing
+	lastOverflowLog time.Time
+}
+
+func (l *lateOutcomes) len() int { return l.known.len() + l.maybe.len() }
 
 // queueLate keeps an outcome the store did not take, to record it later.
 func (s *Server) queueLate(ev evidence.Event, notRun bool) {
-	if !s.late.add(lateItem{event: ev, notRun: notRun, queued: s.opts.Now()}) {
+	s.lateFailed()
+	q := &s.late.known
+	if notRun {
+		q = &s.late.maybe
+	}
+	now := s.opts.Now()
+	if !q.add(lateItem{event: ev, notRun: notRun, queued: now}) {
 		s.metrics.lateOutcomes.WithLabelValues("overflow").Inc()
-		s.log.Error("late outcome queue full: the oldest gives way and stays pending until the next start marks it interrupted", "max", lateMax)
+		s.late.mu.Lock()
+		quiet := now.Sub(s.late.lastOverflowLog) < time.Minute // an outage overflows once per refused call
+		if !quiet {
+			s.late.lastOverflowLog = now
+		}
+		s.late.mu.Unlock()
+		if !quiet {
+			s.log.Error("late outcome queue full: the oldest give way and stay pending until the next start marks them interrupted (logged at most once a minute; see portcullis_evidence_late_outcomes_total{result=\"overflow\"})",
+				"max", lateMax, "did_not_run", notRun)
+		}
 	}
 }
 
@@ -127,37 +167,49 @@ func (s *Server) Run(ctx context.Context) {
 	}
 }
 
-// FlushLate tries once more to record what is queued, for a clean
-// shutdown, and returns how many outcomes remain unrecorded.
+// FlushLate records what is queued and ready, and returns how many
+// outcomes remain queued (serve calls it once more at shutdown).
 func (s *Server) FlushLate(ctx context.Context) int {
 	for s.late.len() > 0 && ctx.Err() == nil && s.recordLate(ctx) {
 	}
 	return s.late.len()
 }
 
-// recordLate makes one pass over up to lateBatch queued outcomes and
-// reports whether it made progress (so the caller may go on at once).
+// recordLate makes one pass over up to lateBatch ready outcomes and
+// reports whether it took any (so the caller may go on at once).
 func (s *Server) recordLate(ctx context.Context) bool {
+	now := s.opts.Now()
+	s.late.mu.Lock()
 	if h, ok := s.opts.Evidence.(interface{ Healthy() bool }); ok && !h.Healthy() {
-		return false // the store is still failing; live calls will tell when it is back
+		s.late.lastFailure = now
 	}
-	items := s.late.take(lateBatch)
+	settled := now.Sub(s.late.lastFailure) >= lateSettle
+	s.late.mu.Unlock()
+	if !settled {
+		return false // the store failed lately; live calls will tell when it is back
+	}
+	items := s.late.known.take(lateBatch, func(lateItem) bool { return true })
+	if len(items) < lateBatch {
+		// A decision write ends by the call's evidence deadline; one that
+		// committed late is in the store by now.
+		items = append(items, s.late.maybe.take(lateBatch-len(items), func(it lateItem) bool {
+			return now.Sub(it.queued) >= s.opts.EvidenceTimeout
+		})...)
+	}
 	if len(items) == 0 {
 		return false
 	}
-	var write, keep []lateItem
-	now := s.opts.Now()
+	var write []lateItem
 	for i, it := range items {
 		rc, err := s.opts.Receipts.Receipt(ctx, it.event.ReceiptID)
 		switch {
 		case errors.Is(err, evidence.ErrNotFound):
-			if it.notRun && now.Sub(it.queued) < lateGiveUp {
-				keep = append(keep, it) // its decision may still commit
-			} else {
-				s.metrics.lateOutcomes.WithLabelValues("no_decision").Inc()
-			}
+			// A "did not run" outcome whose decision never committed:
+			// nothing to record. (A known outcome always has its decision.)
+			s.metrics.lateOutcomes.WithLabelValues("no_decision").Inc()
 		case err != nil:
-			s.late.putBack(append(append(keep, write...), items[i:]...))
+			s.lateFailed()
+			s.putBackLate(append(write, items[i:]...))
 			return false
 		case rc.Outcome != nil && rc.Outcome.Status != wire.StatusPending:
 			s.metrics.lateOutcomes.WithLabelValues("already_recorded").Inc()
@@ -165,19 +217,61 @@ func (s *Server) recordLate(ctx context.Context) bool {
 			write = append(write, it)
 		}
 	}
-	if len(write) > 0 {
-		events := make([]evidence.Event, len(write))
-		for i, it := range write {
-			events[i] = it.event
-		}
-		if err := s.appendEvents(ctx, events...); err != nil {
-			s.log.Warn("late outcomes not recorded yet", "outcomes", len(events), "err", err)
-			s.late.putBack(append(keep, write...))
-			return false
-		}
+	if len(write) == 0 {
+		return true
+	}
+	events := make([]evidence.Event, len(write))
+	for i, it := range write {
+		events[i] = it.event
+	}
+	err := s.appendEvents(ctx, events...)
+	switch {
+	case err == nil:
 		s.metrics.lateOutcomes.WithLabelValues("recorded").Add(float64(len(write)))
 		s.log.Info("late outcomes recorded", "outcomes", len(write))
+	case errors.Is(err, evidence.ErrUnavailable):
+		s.log.Warn("late outcomes not recorded yet", "outcomes", len(events), "err", err)
+		s.lateFailed()
+		s.putBackLate(write)
+		return false
+	default:
+		// Refused, not unreachable (an id that committed meanwhile, a
+		// malformed event): each alone, so one cannot hold back the rest.
+		for _, it := range write {
+			switch err := s.appendEvents(ctx, it.event); {
+			case err == nil:
+				s.metrics.lateOutcomes.WithLabelValues("recorded").Inc()
+			case errors.Is(err, evidence.ErrUnavailable) || it.attempts < lateAttempts:
+				it.attempts++
+				s.putBackLate([]lateItem{it})
+			default:
+				s.metrics.lateOutcomes.WithLabelValues("refused").Inc()
+				s.log.Error("late outcome refused by the store; its receipt stays pending until the next start marks it interrupted",
+					"receipt_id", it.event.ReceiptID, "err", err)
+			}
+		}
 	}
-	s.late.putBack(keep)
-	return len(write) > 0 || len(keep) < len(items)
+	return true
+}
+
+// lateFailed notes that the store just failed: late outcomes wait
+// lateSettle again.
+func (s *Server) lateFailed() {
+	s.late.mu.Lock()
+	s.late.lastFailure = s.opts.Now()
+	s.late.mu.Unlock()
+}
+
+// putBackLate returns items to their queues.
+func (s *Server) putBackLate(items []lateItem) {
+	var known, maybe []lateItem
+	for _, it := range items {
+		if it.notRun {
+			maybe = append(maybe, it)
+		} else {
+			known = append(known, it)
+		}
+	}
+	s.late.known.putBack(known)
+	s.late.maybe.putBack(maybe)
 }

@@ -171,9 +171,9 @@ func TestLateOutcomes(t *testing.T) {
 				}
 			}
 			if tc.name == "decision never committed" {
-				s.late.mu.Lock()
-				id = s.late.items[0].event.ReceiptID
-				s.late.mu.Unlock()
+				s.late.maybe.mu.Lock()
+				id = s.late.maybe.items[0].event.ReceiptID
+				s.late.maybe.mu.Unlock()
 			}
 
 			// While the store is unhealthy nothing is tried.
@@ -185,14 +185,21 @@ func TestLateOutcomes(t *testing.T) {
 				t.Fatalf("outcome stored before recovery: %+v", st.outcomes(id))
 			}
 
+			// Healthy again, but only just: nothing is tried until the
+			// store has answered for lateSettle.
 			st.healthy.Store(true)
+			if n := s.FlushLate(context.Background()); n != 1 {
+				t.Fatalf("FlushLate right after recovery left %d queued, want 1", n)
+			}
+			now.Add(int64(lateSettle))
 			left := s.FlushLate(context.Background())
-			if tc.wantMetric == "no_decision" {
-				// Kept while the decision might still commit, then dropped.
+			if tc.wantStatus != http.StatusOK {
+				// A "did not run" outcome waits out the decision write's
+				// own deadline, then is checked once.
 				if left != 1 {
-					t.Fatalf("an unknown decision's outcome was dropped at once (%d queued)", left)
+					t.Fatalf("a refused call's outcome was checked before its write's deadline (%d queued)", left)
 				}
-				now.Add(int64(lateGiveUp + time.Second))
+				now.Add(int64(15 * time.Second)) // Options.EvidenceTimeout's default
 				left = s.FlushLate(context.Background())
 			}
 			if left != 0 {
@@ -234,9 +241,12 @@ func TestLateOutcomesStoreStillFailing(t *testing.T) {
 	st := newFlakyStore()
 	st.fail = failKind(evidence.KindOutcome, false)
 	tool := &countingTool{}
+	var now atomic.Int64
+	now.Store(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC).UnixNano())
 	s := New(Options{
 		Keys:   []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
 		Policy: fakePolicy{allow: true}, Evidence: st, Receipts: st, Tools: []backends.Tool{tool}, InstanceID: "test",
+		Now: func() time.Time { return time.Unix(0, now.Load()) },
 	})
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
@@ -247,10 +257,12 @@ func TestLateOutcomesStoreStillFailing(t *testing.T) {
 		}
 	}
 	st.fail = func([]evidence.Event) (bool, error) { return false, errDown }
+	now.Add(int64(lateSettle))
 	if n := s.FlushLate(context.Background()); n != 3 {
 		t.Fatalf("FlushLate with the store failing left %d queued, want 3", n)
 	}
 	st.fail = nil
+	now.Add(int64(lateSettle)) // the failed attempt counts as a failure of the store
 	if n := s.FlushLate(context.Background()); n != 0 {
 		t.Fatalf("FlushLate after recovery left %d queued", n)
 	}
@@ -262,5 +274,29 @@ func TestLateOutcomesStoreStillFailing(t *testing.T) {
 	}
 	if outcomes != 3 {
 		t.Errorf("%d outcomes stored, want 3", outcomes)
+	}
+}
+
+// TestLateOutcomesFloodKeepsKnown: an outage refuses every call, each a
+// "did not run" candidate; however many there are, they never push out an
+// outcome the gateway knows (a call that ran).
+func TestLateOutcomesFloodKeepsKnown(t *testing.T) {
+	t.Parallel()
+	st := newFlakyStore()
+	s := New(Options{Policy: fakePolicy{allow: true}, Evidence: st, Receipts: st, InstanceID: "test"})
+	known := evidence.Event{ID: uuid.New(), ReceiptID: uuid.New(), Kind: evidence.KindOutcome, Outcome: &wire.Outcome{Status: wire.StatusSucceeded}}
+	s.queueLate(known, false)
+	for range lateMax + 5 {
+		s.queueLate(s.notRunOutcome(&record{id: uuid.New()}), true)
+	}
+	if n := s.late.known.len(); n != 1 {
+		t.Fatalf("%d known outcomes queued after the flood, want 1", n)
+	}
+	if n := s.late.maybe.len(); n != lateMax {
+		t.Errorf("%d did-not-run outcomes queued, want the bound %d", n, lateMax)
+	}
+	var m dto.Metric
+	if err := s.metrics.lateOutcomes.WithLabelValues("overflow").Write(&m); err != nil || m.GetCounter().GetValue() != 5 {
+		t.Errorf("overflow = %v (%v), want 5", m.GetCounter().GetValue(), err)
 	}
 }

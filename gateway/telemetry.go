@@ -75,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		lateOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portcullis_evidence_late_outcomes_total",
-			Help: "Outcomes recorded after their first write failed, by result: recorded, already_recorded, no_decision (the refused call's decision never committed), overflow (queue full: left to the next start).",
+			Help: "Outcomes recorded after their first write failed, by result: recorded, already_recorded, no_decision (the refused call's decision never committed), refused (the store refused it 3 times), overflow (queue full: left to the next start).",
 		}, []string{"result"}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "portcullis_auth_failures_total", Help: "Requests with a missing or unknown API key.",
