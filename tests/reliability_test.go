@@ -443,10 +443,22 @@ func (g *gateway) sumMetric(t *testing.T, name string) float64 {
 func TestReliabilityNothingLost(t *testing.T) {
 	t.Parallel()
 	calls := pick(2000, 50000)
-	for _, st := range allStores {
-		t.Run(string(st), func(t *testing.T) {
+	type variant struct {
+		name    string
+		st      store
+		backend string
+	}
+	variants := []variant{{"sqlite", storeSQLite, "process"}, {"postgres", storePostgres, "process"},
+		// The allowed half of the calls each start a real bwrap sandbox.
+		{"sqlite-bwrap", storeSQLite, "bwrap"}}
+	for _, v := range variants {
+		st := v.st
+		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			d := newDeployment(t, st)
+			if v.backend == "bwrap" {
+				requireBwrap(t)
+			}
+			d := newDeploymentWith(t, st, v.backend)
 			vkey := withCheckpoints(t, d)
 			g := d.start(t)
 			l := newLoadGen(t, g, "")
@@ -456,7 +468,7 @@ func TestReliabilityNothingLost(t *testing.T) {
 			res := l.snapshot()
 			p50, p99 := latencies(res)
 			t.Logf("%s: %d calls by %d clients in %s (%.0f calls/s), p50 %s p99 %s; answers: %s",
-				st, len(res), loadClients, elapsed.Round(time.Millisecond), float64(len(res))/elapsed.Seconds(),
+				v.name, len(res), loadClients, elapsed.Round(time.Millisecond), float64(len(res))/elapsed.Seconds(),
 				p50.Round(time.Microsecond), p99.Round(time.Microsecond), summarize(res))
 
 			p := &problems{t: t}
@@ -484,11 +496,11 @@ func TestReliabilityNothingLost(t *testing.T) {
 				p.add("portcullis_evidence_write_failures_total = %v", n)
 			}
 			p.report("nothing lost")
-			t.Logf("%s: %d receipts listed and checked in %s", st, len(receipts), time.Since(t1).Round(time.Millisecond))
+			t.Logf("%s: %d receipts listed and checked in %s", v.name, len(receipts), time.Since(t1).Round(time.Millisecond))
 			if err := g.stop(20 * time.Second); err != nil {
 				t.Fatalf("gateway stop: %v", err)
 			}
-			t.Logf("%s: %s", st, verifyEvidence(t, d, vkey))
+			t.Logf("%s: %s", v.name, verifyEvidence(t, d, vkey))
 		})
 	}
 }
