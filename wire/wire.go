@@ -201,6 +201,11 @@ type FSGrant struct {
 	Path  string `json:"path"`
 	Mode  string `json:"mode"` // "r" or "rw"
 	Alias string `json:"alias,omitempty"`
+	// AllowAutorun lifts the autorun guard (sandbox.AutorunPath) for this
+	// grant: shell rc files, git hooks, CI workflows and editor task files
+	// in it become writable like any other file. Off unless the policy
+	// says so explicitly.
+	AllowAutorun bool `json:"allow_autorun,omitempty"`
 }
 
 // Grant modes.
