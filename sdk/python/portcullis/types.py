@@ -109,6 +109,7 @@ class FSGrant:
     path: str = ""
     mode: str = ""
     alias: Optional[str] = None
+    allow_autorun: Optional[bool] = None
 
 
 @dataclass

@@ -50,6 +50,7 @@ export interface FSGrant {
   path: string;
   mode: "r" | "rw";
   alias?: string;
+  allow_autorun?: boolean;
 }
 
 export interface Network {
