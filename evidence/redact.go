@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/portcullis/portcullis/wire"
 )
@@ -64,8 +66,11 @@ var flagRe = regexp.MustCompile(`^--?([A-Za-z][A-Za-z0-9_\-]*)$`)
 // secret-shaped fields are replaced by "[REDACTED]"; secret-looking
 // substrings (vendor API keys, bearer tokens, JWTs, PEM private keys, URL
 // passwords, NAME=value with a secret-shaped NAME, --password value) are
-// replaced in place; strings longer than MaxArgsString bytes become
-// "[TRUNCATED sha256=<hex> bytes=N]". The input is never modified.
+// replaced in place, in object keys as in values (a caller can put a token
+// in a key as easily as in a value); strings longer than MaxArgsString
+// bytes become "[TRUNCATED sha256=<hex> bytes=N]". The input is never
+// modified. Receipts store args through BoundedArgs, which applies the same
+// rules and also bounds the total size.
 func Redact(args map[string]any) map[string]any {
 	if args == nil {
 		return nil
@@ -100,14 +105,16 @@ func redactValue(v any) any {
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, val := range x {
+			var v any
 			switch {
 			case SecretField(k):
-				out[k] = Redacted
+				v = Redacted
 			case strings.EqualFold(k, "env"):
-				out[k] = redactEnv(val)
+				v = redactEnv(val)
 			default:
-				out[k] = redactValue(val)
+				v = redactValue(val)
 			}
+			out[uniqueKey(out, RedactString(k))] = v
 		}
 		return out
 	case map[string]string:
@@ -136,6 +143,20 @@ func redactValue(v any) any {
 			return Redacted
 		}
 		return redactValue(generic)
+	}
+}
+
+// uniqueKey returns k, or k with a " #n" suffix when redaction made two keys
+// equal, so no redacted member silently replaces another.
+func uniqueKey(m map[string]any, k string) string {
+	if _, taken := m[k]; !taken {
+		return k
+	}
+	for n := 2; ; n++ {
+		c := fmt.Sprintf("%s #%d", k, n)
+		if _, taken := m[c]; !taken {
+			return c
+		}
 	}
 }
 
@@ -168,13 +189,13 @@ func redactEnv(v any) any {
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k := range x {
-			out[k] = Redacted
+			out[uniqueKey(out, RedactString(k))] = Redacted
 		}
 		return out
 	case map[string]string:
 		out := make(map[string]any, len(x))
 		for k := range x {
-			out[k] = Redacted
+			out[uniqueKey(out, RedactString(k))] = Redacted
 		}
 		return out
 	case []any:
@@ -210,4 +231,254 @@ func RedactString(s string) string {
 		}
 	}
 	return s
+}
+
+// Bounds on what one receipt keeps of a call's arguments. A refused or
+// invalid call's input is whatever the caller sent (up to the request body
+// limit) and never ran, so its receipt keeps at most MaxRefusedArgsBytes of
+// it; an allowed call's args are what ran and are worth more to an auditor,
+// so they may take up to MaxArgsBytes. Past the bound the receipt keeps the
+// first ArgsPrefixBytes of the redacted canonical JSON, the size and the
+// SHA-256 of the caller's whole input, under the TruncatedArgsKey marker.
+const (
+	MaxArgsBytes        = 64 << 10
+	MaxRefusedArgsBytes = 4 << 10
+	ArgsPrefixBytes     = 4 << 10
+	// TruncatedArgsKey is the one member of a receipt's args when they
+	// were cut: {"[TRUNCATED]": {"args_bytes", "args_sha256", "prefix"}}.
+	TruncatedArgsKey = "[TRUNCATED]"
+	// MaxReasonBytes bounds one reason as evidence keeps it, and
+	// MaxReasons their number.
+	MaxReasonBytes = 1024
+	MaxReasons     = 32
+)
+
+// TruncatedArgs is the body of the TruncatedArgsKey marker.
+type TruncatedArgs struct {
+	// ArgsBytes is the size of the caller's whole input, in bytes.
+	ArgsBytes int `json:"args_bytes"`
+	// ArgsSHA256 is ArgsDigest of the whole input (the receipt's
+	// args_sha256).
+	ArgsSHA256 string `json:"args_sha256"`
+	// Prefix is the start of the redacted args' canonical JSON, cut on a
+	// character boundary.
+	Prefix string `json:"prefix"`
+}
+
+// BoundedArgs is the JSON a receipt stores for a call's args: the redacted
+// args (Redact's rules) as canonical JSON (members sorted by key), or, when
+// that would exceed limit bytes, the TruncatedArgsKey marker holding the
+// first ArgsPrefixBytes of it plus the size and digest of raw, the caller's
+// whole input. Redaction happens before the cut, value by value, so a
+// secret is replaced whole before any prefix is taken. The work is bounded
+// by the output: encoding stops at the bound, so a 5 MB input costs a
+// decode, not a redaction of 5 MB. Args that hold the marker key
+// themselves are always stored as a marker, so a caller cannot forge one.
+// nil args are "null".
+func BoundedArgs(args map[string]any, raw []byte, limit int) json.RawMessage {
+	if args == nil {
+		return json.RawMessage("null")
+	}
+	budget := max(limit, ArgsPrefixBytes)
+	e := &boundedEncoder{max: budget}
+	e.value(args)
+	_, forged := args[TruncatedArgsKey]
+	if !e.full && !forged && len(e.buf) <= limit {
+		return json.RawMessage(e.buf)
+	}
+	prefix := e.buf
+	if len(prefix) > ArgsPrefixBytes {
+		prefix = prefix[:ArgsPrefixBytes]
+	}
+	for len(prefix) > 0 && !utf8.Valid(prefix) {
+		prefix = prefix[:len(prefix)-1] // a character cut in two
+	}
+	b, err := json.Marshal(map[string]TruncatedArgs{TruncatedArgsKey: {
+		ArgsBytes: len(raw), ArgsSHA256: ArgsDigest(raw), Prefix: string(prefix),
+	}})
+	if err != nil {
+		return json.RawMessage("null")
+	}
+	return b
+}
+
+// boundedEncoder writes redacted canonical JSON and stops once it holds
+// more than max bytes (full is then set and the rest is skipped).
+type boundedEncoder struct {
+	buf  []byte
+	max  int
+	full bool
+}
+
+func (e *boundedEncoder) raw(b []byte) {
+	if e.full {
+		return
+	}
+	e.buf = append(e.buf, b...)
+	if len(e.buf) > e.max {
+		e.full = true
+	}
+}
+
+func (e *boundedEncoder) scalar(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(Redacted)
+	}
+	e.raw(b)
+}
+
+// value encodes v with Redact's rules; redactValue is the reference.
+func (e *boundedEncoder) value(v any) {
+	if e.full {
+		return
+	}
+	switch x := v.(type) {
+	case nil, bool, float64, float32, int, int64, int32, uint, uint64, uint32, json.Number:
+		e.scalar(x)
+	case string:
+		e.scalar(RedactString(x))
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		e.raw([]byte{'{'})
+		seen := map[string]bool{}
+		for i, k := range keys {
+			if e.full {
+				return
+			}
+			if i > 0 {
+				e.raw([]byte{','})
+			}
+			name := RedactString(k)
+			for n := 2; seen[name]; n++ {
+				name = fmt.Sprintf("%s #%d", RedactString(k), n)
+			}
+			seen[name] = true
+			e.scalar(name)
+			e.raw([]byte{':'})
+			switch {
+			case SecretField(k):
+				e.scalar(Redacted)
+			case strings.EqualFold(k, "env"):
+				e.env(x[k])
+			default:
+				e.value(x[k])
+			}
+		}
+		e.raw([]byte{'}'})
+	case []any:
+		e.raw([]byte{'['})
+		secretNext := false
+		for i, el := range x {
+			if e.full {
+				return
+			}
+			if i > 0 {
+				e.raw([]byte{','})
+			}
+			s, isString := el.(string)
+			switch {
+			case secretNext && isString:
+				e.scalar(Redacted)
+				secretNext = false
+				continue
+			case isString:
+				if m := flagRe.FindStringSubmatch(s); m != nil && SecretField(m[1]) {
+					secretNext = true
+					e.value(el)
+					continue
+				}
+			}
+			secretNext = false
+			e.value(el)
+		}
+		e.raw([]byte{']'})
+	default:
+		// Typed maps and lists, structs: their generic JSON form.
+		b, err := json.Marshal(x)
+		var generic any
+		if err != nil || json.Unmarshal(b, &generic) != nil {
+			e.scalar(Redacted)
+			return
+		}
+		e.value(generic)
+	}
+}
+
+// env encodes an environment as redactEnv does: names kept, values not.
+func (e *boundedEncoder) env(v any) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		e.scalar(redactEnv(v)) // lists, typed maps: small in practice
+		return
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	e.raw([]byte{'{'})
+	seen := map[string]bool{}
+	for i, k := range keys {
+		if e.full {
+			return
+		}
+		if i > 0 {
+			e.raw([]byte{','})
+		}
+		name := RedactString(k)
+		for n := 2; seen[name]; n++ {
+			name = fmt.Sprintf("%s #%d", RedactString(k), n)
+		}
+		seen[name] = true
+		e.scalar(name)
+		e.raw([]byte{':'})
+		e.scalar(Redacted)
+	}
+	e.raw([]byte{'}'})
+}
+
+// RedactText makes free text (a refusal's reason, which may quote the
+// caller's input) safe and small enough for evidence: secret-looking
+// substrings are replaced as in RedactString, then the text is cut to at
+// most max bytes on a character boundary, ending in "…" when cut. Text far
+// beyond max is first cut to 16×max, so the cost stays bounded; a secret
+// straddling that first cut lies past the final one.
+func RedactText(s string, max int) string {
+	if pre := 16 * max; len(s) > pre {
+		s = strings.ToValidUTF8(s[:pre], "")
+	}
+	for _, p := range secretPatterns {
+		if p.re.MatchString(s) {
+			s = p.re.ReplaceAllString(s, p.repl)
+		}
+	}
+	if len(s) <= max {
+		return s
+	}
+	const ell = "…"
+	cut := max - len(ell)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ell
+}
+
+// BoundReasons is reasons as a receipt keeps them: each through RedactText
+// with MaxReasonBytes, at most MaxReasons of them (the last then says how
+// many more there were). Never nil.
+func BoundReasons(reasons []string) []string {
+	out := make([]string, 0, min(len(reasons), MaxReasons))
+	for i, r := range reasons {
+		if i == MaxReasons-1 && len(reasons) > MaxReasons {
+			out = append(out, fmt.Sprintf("… and %d more reasons", len(reasons)-i))
+			break
+		}
+		out = append(out, RedactText(r, MaxReasonBytes))
+	}
+	return out
 }
