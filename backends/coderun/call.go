@@ -162,10 +162,16 @@ func denoNetEntries(allow []string) []string {
 
 // ToolCalls is what the bridge did.
 type ToolCalls struct {
+	// Count is the calls made: each went through the pipeline and has a
+	// receipt, listed in ReceiptIDs.
 	Count      int      `json:"count"`
 	ReceiptIDs []string `json:"receipt_ids"`
-	// Refused counts calls refused over the per-run cap (never made,
-	// no receipt).
+	// Denied counts the calls made that the gateway refused (policy
+	// denial, invalid input, enforcement): receipts with decision deny or
+	// invalid.
+	Denied int `json:"denied"`
+	// Refused counts calls asked for past the per-run budget: never
+	// made, no receipt. The first one stops the run, which then fails.
 	Refused int `json:"refused"`
 }
 
@@ -261,6 +267,9 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 	if err != nil {
 		return fail(wire.CodeBackendUnavailable, "could not open the tool bridge: %v", err)
 	}
+	// Past the tool-call budget the bridge stops the run: the runner
+	// sees runCtx end and kills Deno's whole process group.
+	br.stop = cancel
 	br.serve(runCtx)
 
 	spec := sandbox.Spec{
@@ -272,8 +281,11 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 		},
 		Timeout:        time.Duration(scope.Limits.TimeoutS) * time.Second,
 		MaxOutputBytes: scope.Limits.MaxOutputBytes,
-		Limits:         scope.Limits,
-		Scope:          scope,
+		// Past the output cap Deno is killed and the call fails (seed
+		// 004), rather than its output being cut while it runs on.
+		StopAtOutputCap: true,
+		Limits:          scope.Limits,
+		Scope:           scope,
 	}
 	spec.Limits.MemoryBytes = DenoAddressSpace
 	// The sandbox also needs Deno itself (read-only) and the run directory
@@ -285,7 +297,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 	res, err := t.runner.Run(runCtx, spec)
 	cancel()
 	br.close()
-	calls, result, resultTruncated := br.snapshot()
+	calls, result, resultTruncated, overBudget := br.snapshot()
 	if err != nil {
 		t.log.ErrorContext(ctx, "coderun: runner could not start deno", "backend", backend, "error", err)
 		var we *wire.Error
@@ -310,8 +322,12 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 		TimedOut:        res.TimedOut,
 		DurationMS:      res.Duration.Milliseconds(),
 	}
-	if res.ExitCode != 0 && !res.TimedOut {
+	outputCapped := res.OutputCapped || res.StdoutTruncated || res.StderrTruncated
+	stopped := res.TimedOut || outputCapped || overBudget
+	if res.ExitCode != 0 && !stopped {
 		data.Exception = exception(stderr, userFile(c.in.language))
+	}
+	if res.ExitCode != 0 || stopped {
 		data.Result = nil
 	}
 	if data.Result == nil {
@@ -335,9 +351,21 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 		out.Output.Metadata["network"] = res.Network
 	}
 	switch {
+	case overBudget:
+		out.Status = wire.StatusFailed
+		out.Output.Error = wire.FieldError(wire.CodeTooLarge, "tool_calls", "the code asked for more than %d tool calls and was stopped; make at most %d calls per run", t.maxCalls, t.maxCalls)
+		out.Output.Error.Details["limit"] = t.maxCalls
+	case outputCapped:
+		out.Status = wire.StatusFailed
+		out.Output.Error = wire.FieldError(wire.CodeTooLarge, "max_output_bytes", "the code wrote more than %d bytes to stdout or stderr and was stopped; raise max_output_bytes (at most %d, and the policy's limit) or write less", scope.Limits.MaxOutputBytes, MaxMaxOutputBytes)
+		out.Output.Error.Details["limit"] = scope.Limits.MaxOutputBytes
 	case res.TimedOut:
 		out.Status = wire.StatusTimedOut
 		out.Output.Error = wire.FieldError(wire.CodeTimeout, "timeout_s", "the code did not finish within %d s and was stopped; raise timeout_s (at most %d, and the policy's limit) or do less per run", scope.Limits.TimeoutS, MaxTimeoutS)
+	case resultTruncated && res.ExitCode == 0:
+		out.Status = wire.StatusFailed
+		out.Output.Error = wire.FieldError(wire.CodeTooLarge, "result", "the exported result is larger than %d bytes (max_output_bytes); return less, or raise max_output_bytes (at most %d, and the policy's limit)", scope.Limits.MaxOutputBytes, MaxMaxOutputBytes)
+		out.Output.Error.Details["limit"] = scope.Limits.MaxOutputBytes
 	case res.Canceled:
 		out.Status = wire.StatusError
 		out.Output.Error = wire.Errorf(wire.CodeBackendUnavailable, "the code was stopped because the request was cancelled or the gateway is shutting down")

@@ -17,6 +17,11 @@ type Spec struct {
 	Env            []string      // complete child environment, KEY=VALUE
 	Timeout        time.Duration // wall clock
 	MaxOutputBytes int           // cap per stream
+	// StopAtOutputCap stops the run, as its timeout would, once stdout or
+	// stderr passes MaxOutputBytes (Result.OutputCapped), instead of
+	// keeping the first MaxOutputBytes and discarding the rest while the
+	// program runs on. code.run sets it: a run past its output cap fails.
+	StopAtOutputCap bool
 	Limits         wire.Limits   // cpu_seconds, memory_bytes, fsize_bytes, nofile
 	Scope          wire.Scope    // enforced scope: grants and network posture
 }
@@ -29,6 +34,9 @@ type Result struct {
 	StdoutTruncated bool
 	StderrTruncated bool
 	TimedOut        bool
+	// OutputCapped says the run was stopped because a stream passed
+	// MaxOutputBytes (Spec.StopAtOutputCap).
+	OutputCapped bool
 	// Canceled says the run was stopped because its context was done (the
 	// client went away or the gateway is shutting down), not by its timeout.
 	Canceled bool
