@@ -22,8 +22,8 @@ type Spec struct {
 	// keeping the first MaxOutputBytes and discarding the rest while the
 	// program runs on. code.run sets it: a run past its output cap fails.
 	StopAtOutputCap bool
-	Limits         wire.Limits   // cpu_seconds, memory_bytes, fsize_bytes, nofile
-	Scope          wire.Scope    // enforced scope: grants and network posture
+	Limits          wire.Limits // cpu_seconds, memory_bytes, fsize_bytes, nofile
+	Scope           wire.Scope  // enforced scope: grants and network posture
 }
 
 // Result is how the run ended.
