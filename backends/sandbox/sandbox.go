@@ -17,13 +17,14 @@ type Spec struct {
 	Env            []string      // complete child environment, KEY=VALUE
 	Timeout        time.Duration // wall clock
 	MaxOutputBytes int           // cap per stream
+	Limits         wire.Limits   // cpu_seconds, memory_bytes, fsize_bytes, nofile
+	Scope          wire.Scope    // enforced scope: grants and network posture
+
 	// StopAtOutputCap stops the run, as its timeout would, once stdout or
 	// stderr passes MaxOutputBytes (Result.OutputCapped), instead of
 	// keeping the first MaxOutputBytes and discarding the rest while the
 	// program runs on. code.run sets it: a run past its output cap fails.
 	StopAtOutputCap bool
-	Limits          wire.Limits // cpu_seconds, memory_bytes, fsize_bytes, nofile
-	Scope           wire.Scope  // enforced scope: grants and network posture
 }
 
 // Result is how the run ended.
