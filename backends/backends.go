@@ -90,8 +90,9 @@ func IsDryRun(ctx context.Context) bool {
 }
 
 // ToolLister is implemented by a Dispatcher that can also say which tools
-// the running call's principal may call (the policy's purpose "list"), so
-// code.run can offer typed stubs for exactly those.
+// the running call's principal may call (the policy's purpose "list", as
+// GET /v1/tools), so code.run can offer typed stubs for exactly those.
+// Each spec's Name is the tool's own name, as Dispatch takes it.
 type ToolLister interface {
-	ListTools(ctx context.Context) ([]wire.FunctionTool, error)
+	ListTools(ctx context.Context) ([]wire.FunctionSpec, error)
 }

@@ -216,6 +216,13 @@ func (n *nested) Dispatch(ctx context.Context, tool string, input json.RawMessag
 	return n.s.governedCall(ctx, n.principal, body, we, &parent, n.depth)
 }
 
+// ListTools is what the running call's principal may call now, by tool
+// name (backends.ToolLister): GET /v1/tools' list, for code.run's typed
+// stubs.
+func (n *nested) ListTools(ctx context.Context) ([]wire.FunctionSpec, error) {
+	return n.s.visibleSpecs(ctx, n.principal)
+}
+
 // refuse records a call that will not run (invalid or denied) and answers it.
 // The receipt is written before the answer; if it cannot be, the caller gets
 // evidence_unavailable rather than an unrecorded refusal.

@@ -19,6 +19,7 @@ import (
 	"github.com/portcullis/portcullis/backends/egress"
 	"github.com/portcullis/portcullis/backends/exectool"
 	"github.com/portcullis/portcullis/backends/sandbox"
+	"github.com/portcullis/portcullis/backends/tsdecl"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -254,7 +255,8 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 			return fail(wire.CodeBackendUnavailable, "could not create %s: %v", d, err)
 		}
 	}
-	if err := writeRunDir(dir, c.in.language, c.in.code); err != nil {
+	disp, _ := backends.DispatcherFrom(ctx)
+	if err := writeRunDir(dir, c.in.language, c.in.code, tsdecl.StubsJS(c.stubs(ctx, disp))); err != nil {
 		return fail(wire.CodeBackendUnavailable, "could not write the program: %v", err)
 	}
 	reqPath, respPath := filepath.Join(dir, "bridge.req"), filepath.Join(dir, "bridge.resp")
@@ -262,7 +264,6 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 	// timeout, and the context stops a nested call still in flight.
 	runCtx, cancel := context.WithTimeout(ctx, time.Duration(scope.Limits.TimeoutS)*time.Second+2*time.Second)
 	defer cancel()
-	disp, _ := backends.DispatcherFrom(ctx)
 	br, err := openBridge(reqPath, respPath, disp, t.maxCalls, scope.Limits.MaxOutputBytes)
 	if err != nil {
 		return fail(wire.CodeBackendUnavailable, "could not open the tool bridge: %v", err)
@@ -377,6 +378,24 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 	}
 	t.log.DebugContext(ctx, "coderun: ran", "backend", backend, "status", out.Status, "exit_code", res.ExitCode, "tool_calls", calls.Count, "duration_ms", data.DurationMS)
 	return out
+}
+
+// stubs are the typed stubs for this run: the tools the principal may call
+// now (the dispatcher's ListTools: the policy's purpose "list"), so the
+// code sees exactly what GET /v1/tools.d.ts declares for the same caller.
+// Without a lister, or if listing fails, there are none: tools.call still
+// works, and every call is decided on its own anyway.
+func (c *call) stubs(ctx context.Context, disp backends.Dispatcher) []tsdecl.Stub {
+	l, ok := disp.(backends.ToolLister)
+	if !ok {
+		return nil
+	}
+	specs, err := l.ListTools(ctx)
+	if err != nil {
+		c.tool.log.WarnContext(ctx, "coderun: listing the tools for typed stubs failed; only tools.call is offered", "error", err)
+		return nil
+	}
+	return tsdecl.Stubs(specs)
 }
 
 // argv is Deno's command line: every permission denied but the decision's.
