@@ -224,7 +224,7 @@ func TestNoDNSBeforeOrWithoutDecision(t *testing.T) {
 	}
 	for _, r := range dry {
 		var dr struct {
-			Decision struct{ Allow bool } `json:"decision"`
+			Decision struct{ Allow bool }   `json:"decision"`
 			Error    *struct{ Code string } `json:"error"`
 		}
 		if err := json.Unmarshal(r.body, &dr); err != nil || r.status != 200 || !dr.Decision.Allow || dr.Error != nil {

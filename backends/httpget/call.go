@@ -529,14 +529,3 @@ func addOnce(list *[]string, s string) {
 		*list = append(*list, s)
 	}
 }
-
-func asWireError(err error) *wire.Error {
-	var we *wire.Error
-	if errors.As(err, &we) {
-		if we.Details == nil {
-			we.Details = map[string]any{}
-		}
-		return we
-	}
-	return wire.Errorf(wire.CodeInternal, "%v", err)
-}
