@@ -29,32 +29,38 @@ var secretFieldNames = map[string]bool{
 }
 
 // secretPatterns find secret-looking substrings in free text. Each match is
-// rewritten by its replacement (regexp expansion syntax).
+// rewritten by its replacement (regexp expansion syntax). need, when set,
+// is a cheap necessary condition on the text and its lower-case form: the
+// patterns without a literal prefix cost microseconds each, and every
+// receipt runs them over every string it keeps.
 var secretPatterns = []struct {
 	re   *regexp.Regexp
 	repl string
+	need func(s, lower string) bool
 }{
 	// PEM private keys, with or without their END line.
-	{regexp.MustCompile(`-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?s:.*?)(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\z)`), Redacted},
+	{regexp.MustCompile(`-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?s:.*?)(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\z)`), Redacted, nil},
 	// Vendor tokens with distinctive prefixes.
-	{regexp.MustCompile(`sk-ant-[A-Za-z0-9_\-]{8,}`), Redacted},
-	{regexp.MustCompile(`\bsk-[A-Za-z0-9_\-]{16,}`), Redacted},
-	{regexp.MustCompile(`github_pat_[A-Za-z0-9_]{16,}`), Redacted},
-	{regexp.MustCompile(`gh[pousr]_[A-Za-z0-9]{16,}`), Redacted},
-	{regexp.MustCompile(`(?:AKIA|ASIA)[A-Z0-9]{16}`), Redacted},
-	{regexp.MustCompile(`xox[abposr]-[A-Za-z0-9\-]{8,}`), Redacted},
-	{regexp.MustCompile(`glpat-[A-Za-z0-9_\-]{16,}`), Redacted},
+	{regexp.MustCompile(`sk-ant-[A-Za-z0-9_\-]{8,}`), Redacted, nil},
+	{regexp.MustCompile(`\bsk-[A-Za-z0-9_\-]{16,}`), Redacted, func(s, _ string) bool { return strings.Contains(s, "sk-") }},
+	{regexp.MustCompile(`github_pat_[A-Za-z0-9_]{16,}`), Redacted, nil},
+	{regexp.MustCompile(`gh[pousr]_[A-Za-z0-9]{16,}`), Redacted, nil},
+	{regexp.MustCompile(`(?:AKIA|ASIA)[A-Z0-9]{16}`), Redacted, nil},
+	{regexp.MustCompile(`xox[abposr]-[A-Za-z0-9\-]{8,}`), Redacted, nil},
+	{regexp.MustCompile(`glpat-[A-Za-z0-9_\-]{16,}`), Redacted, nil},
 	// JSON Web Tokens.
-	{regexp.MustCompile(`eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*`), Redacted},
+	{regexp.MustCompile(`eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*`), Redacted, nil},
 	// Credentials in URLs: scheme://user:password@host.
-	{regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):[^/\s@]*@`), "${1}:" + Redacted + "@"},
+	{regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):[^/\s@]*@`), "${1}:" + Redacted + "@", func(s, _ string) bool { return strings.Contains(s, "://") }},
 	// HTTP authorization schemes.
-	{regexp.MustCompile(`(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9\-._~+/]{6,}=*`), "${1}${2}" + Redacted},
+	{regexp.MustCompile(`(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9\-._~+/]{6,}=*`), "${1}${2}" + Redacted, func(_, l string) bool { return containsAny(l, "bearer", "basic", "token") }},
 	// name=value and name: value where the name is secret-shaped
 	// (--token=…, OPENAI_API_KEY=…, "password": "…").
-	{regexp.MustCompile(`(?i)([A-Za-z0-9_.\-]*(?:pass|pwd|secret|token|key|auth|cookie|credential|dsn|database_url)[A-Za-z0-9_.\-]*["']?\s*[:=]\s*["']?)[^\s"'&;,]+`), "${1}" + Redacted},
+	{regexp.MustCompile(`(?i)([A-Za-z0-9_.\-]*(?:pass|pwd|secret|token|key|auth|cookie|credential|dsn|database_url)[A-Za-z0-9_.\-]*["']?\s*[:=]\s*["']?)[^\s"'&;,]+`), "${1}" + Redacted, func(s, l string) bool {
+		return strings.ContainsAny(s, ":=") && containsAny(l, "pass", "pwd", "secret", "token", "key", "auth", "cookie", "credential", "dsn", "database_url")
+	}},
 	// --password value in one string (shell text, code).
-	{regexp.MustCompile(`(?i)(--?[A-Za-z0-9_\-]*(?:pass|pwd|secret|token|key|auth|credential)[A-Za-z0-9_\-]*\s+)[^\s\-][^\s]*`), "${1}" + Redacted},
+	{regexp.MustCompile(`(?i)(--?[A-Za-z0-9_\-]*(?:pass|pwd|secret|token|key|auth|credential)[A-Za-z0-9_\-]*\s+)[^\s\-][^\s]*`), "${1}" + Redacted, nil},
 }
 
 // flagRe recognizes an argv flag with its value in the next element.
@@ -223,14 +229,43 @@ func RedactString(s string) string {
 		sum := sha256.Sum256([]byte(s))
 		return fmt.Sprintf("[TRUNCATED sha256=%s bytes=%d]", hex.EncodeToString(sum[:]), len(s))
 	}
+	return redactPatterns(s)
+}
+
+// redactPatterns applies secretPatterns to s.
+func redactPatterns(s string) string {
+	lower := foldLower(s)
 	for _, p := range secretPatterns {
+		if p.need != nil && lower != "" && !p.need(s, lower) {
+			continue
+		}
 		// MatchString does not allocate; ReplaceAllString always does,
 		// even when nothing matches (the usual case).
 		if p.re.MatchString(s) {
 			s = p.re.ReplaceAllString(s, p.repl)
+			lower = foldLower(s)
 		}
 	}
 	return s
+}
+
+// foldLower is s in lower case for the need filters, or "" (filters off)
+// when s holds U+017F (ſ), the one non-ASCII letter that (?i) folds to an
+// ASCII one and strings.ToLower does not (the Kelvin sign it does).
+func foldLower(s string) string {
+	if strings.ContainsRune(s, 'ſ') {
+		return ""
+	}
+	return strings.ToLower(s)
+}
+
+func containsAny(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // Bounds on what one receipt keeps of a call's arguments. A refused or
@@ -452,11 +487,7 @@ func RedactText(s string, max int) string {
 	if pre := 16 * max; len(s) > pre {
 		s = strings.ToValidUTF8(s[:pre], "")
 	}
-	for _, p := range secretPatterns {
-		if p.re.MatchString(s) {
-			s = p.re.ReplaceAllString(s, p.repl)
-		}
-	}
+	s = redactPatterns(s)
 	if len(s) <= max {
 		return s
 	}

@@ -178,3 +178,27 @@ func TestRedactText(t *testing.T) {
 		t.Error("BoundReasons(nil) is nil")
 	}
 }
+
+// BenchmarkReceiptArgs compares what the decision event costs per call:
+// the old Redact+Marshal and BoundedArgs, for a typical Exec input.
+func BenchmarkReceiptArgs(b *testing.B) {
+	args := map[string]any{"argv": []any{"/usr/bin/git", "-C", "/srv/work/repo", "log", "--oneline", "-n", "20"},
+		"cwd": "/srv/work/repo", "env": map[string]any{"GIT_PAGER": "cat"}, "timeout_s": 30.0}
+	raw, _ := json.Marshal(args)
+	b.Run("redact+marshal", func(b *testing.B) {
+		for b.Loop() {
+			_, _ = json.Marshal(evidence.Redact(args))
+		}
+	})
+	b.Run("bounded", func(b *testing.B) {
+		for b.Loop() {
+			_ = evidence.BoundedArgs(args, raw, evidence.MaxArgsBytes)
+		}
+	})
+	b.Run("reasons", func(b *testing.B) {
+		r := []string{"grant:role/agent/Exec allows git log", "exec.shape.git.log"}
+		for b.Loop() {
+			_ = evidence.BoundReasons(r)
+		}
+	})
+}
