@@ -71,3 +71,28 @@ func DispatcherFrom(ctx context.Context) (Dispatcher, bool) {
 	d, ok := ctx.Value(dispatcherKey{}).(Dispatcher)
 	return d, ok
 }
+
+type dryRunKey struct{}
+
+// WithDryRun marks ctx as a dry run (POST /v1/decisions): Prepare and
+// Enforce compute what a call would get without any effect an attacker
+// could observe beyond the policy input, so no DNS lookup, no connection
+// and no file opened for a name the caller chose. A dry run writes no
+// receipt, so anything it did would be an unrecorded channel out.
+func WithDryRun(ctx context.Context) context.Context {
+	return context.WithValue(ctx, dryRunKey{}, true)
+}
+
+// IsDryRun reports whether ctx is a dry run's.
+func IsDryRun(ctx context.Context) bool {
+	v, _ := ctx.Value(dryRunKey{}).(bool)
+	return v
+}
+
+// ToolLister is implemented by a Dispatcher that can also say which tools
+// the running call's principal may call (the policy's purpose "list", as
+// GET /v1/tools), so code.run can offer typed stubs for exactly those.
+// Each spec's Name is the tool's own name, as Dispatch takes it.
+type ToolLister interface {
+	ListTools(ctx context.Context) ([]wire.FunctionSpec, error)
+}

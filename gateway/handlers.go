@@ -10,14 +10,20 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/portcullis/portcullis/backends"
+	"github.com/portcullis/portcullis/backends/tsdecl"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/wire"
 )
 
 // dryRun is POST /v1/decisions: validation, decision and enforcement exactly
 // as a call would get them, without evidence and without running anything.
+// The context is marked a dry run (backends.WithDryRun): with no receipt
+// written, the tools must not do anything observable from outside either
+// (http.get resolves no name), or the dry run would be an unrecorded
+// channel out.
 func (s *Server) dryRun(c echo.Context) error {
-	ctx := c.Request().Context()
+	ctx := backends.WithDryRun(c.Request().Context())
 	p, _ := principalOf(c)
 	body, we := s.readBody(c)
 	var req wire.ToolCallRequest
@@ -74,7 +80,21 @@ func (s *Server) listTools(c echo.Context) error {
 // visibleTools is the one definition of which tools a principal sees, shared
 // by GET /v1/tools and MCP tools/list.
 func (s *Server) visibleTools(ctx context.Context, p wire.Principal) ([]wire.FunctionTool, error) {
-	out := []wire.FunctionTool{}
+	specs, err := s.visibleSpecs(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]wire.FunctionTool, 0, len(specs))
+	for _, spec := range specs {
+		out = append(out, wire.FunctionTool{Type: "function", Function: spec})
+	}
+	return out, nil
+}
+
+// visibleSpecs is visibleTools by tool name: each tool the policy allows
+// p with purpose "list" and empty args.
+func (s *Server) visibleSpecs(ctx context.Context, p wire.Principal) ([]wire.FunctionSpec, error) {
+	out := []wire.FunctionSpec{}
 	for _, name := range s.toolList {
 		t := s.tools[name]
 		dec, err := s.decide(ctx, p, name, wire.PurposeList, nil, nil, wire.ToolCallRequest{})
@@ -85,11 +105,22 @@ func (s *Server) visibleTools(ctx context.Context, p wire.Principal) ([]wire.Fun
 		if !dec.Allow {
 			continue
 		}
-		out = append(out, wire.FunctionTool{Type: "function", Function: wire.FunctionSpec{
-			Name: t.Name(), Description: t.Description(), Parameters: t.Parameters(),
-		}})
+		out = append(out, wire.FunctionSpec{Name: t.Name(), Description: t.Description(), Parameters: t.Parameters()})
 	}
 	return out, nil
+}
+
+// toolDeclarations is GET /v1/tools.d.ts: the TypeScript declarations of
+// code.run's `tools` object for this caller (tools.call and one typed stub
+// per tool it may call now), the same list code.run installs at run time.
+func (s *Server) toolDeclarations(c echo.Context) error {
+	p, _ := principalOf(c)
+	specs, err := s.visibleSpecs(c.Request().Context(), p)
+	if err != nil {
+		return wire.Errorf(wire.CodeInternal, "policy evaluation failed")
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.Blob(http.StatusOK, "application/typescript; charset=utf-8", []byte(tsdecl.Declarations(specs)))
 }
 
 // getReceipt is GET /v1/receipts/{id}.

@@ -124,7 +124,13 @@ func (s *Server) governedCall(ctx context.Context, p wire.Principal, body []byte
 		we := toWireError(err)
 		rec.decision.Reasons = append(append([]string(nil), dec.Reasons...), "enforcement: "+we.Message)
 		rec.decision.RuleIDs = withRuleID(dec.RuleIDs, "enforce."+string(we.Code))
-		return s.refuse(ctx, rec, wire.DecisionDeny, we)
+		// Some input can only be judged against the grants (an Exec
+		// argv[0] inside them that is not a program): invalid, not denied.
+		decision := wire.DecisionDeny
+		if we.Code == wire.CodeInvalidInput {
+			decision = wire.DecisionInvalid
+		}
+		return s.refuse(ctx, rec, decision, we)
 	}
 	rec.scope = &scope
 
@@ -210,6 +216,13 @@ func (n *nested) Dispatch(ctx context.Context, tool string, input json.RawMessag
 	return n.s.governedCall(ctx, n.principal, body, we, &parent, n.depth)
 }
 
+// ListTools is what the running call's principal may call now, by tool
+// name (backends.ToolLister): GET /v1/tools' list, for code.run's typed
+// stubs.
+func (n *nested) ListTools(ctx context.Context) ([]wire.FunctionSpec, error) {
+	return n.s.visibleSpecs(ctx, n.principal)
+}
+
 // refuse records a call that will not run (invalid or denied) and answers it.
 // The receipt is written before the answer; if it cannot be, the caller gets
 // evidence_unavailable rather than an unrecorded refusal.
@@ -273,16 +286,23 @@ func (s *Server) appendEvents(ctx context.Context, events ...evidence.Event) err
 	return s.opts.Evidence.Append(ctx, events...)
 }
 
+// decisionEvent is the receipt's decision part. What the caller controls
+// is bounded and redacted before it becomes durable: args through
+// evidence.BoundedArgs (a refused call keeps at most a 4 KiB prefix plus
+// the input's size and digest; an allowed one up to 64 KiB), and reasons,
+// which may quote the input ("unknown field \"<5 MB key>\""), through
+// evidence.BoundReasons.
 func (s *Server) decisionEvent(rec *record, decision, code string) evidence.Event {
-	args, err := json.Marshal(evidence.Redact(rec.args))
-	if err != nil || rec.args == nil {
-		args = []byte("null")
+	limit := evidence.MaxRefusedArgsBytes
+	if decision == wire.DecisionAllow {
+		limit = evidence.MaxArgsBytes
 	}
+	args := evidence.BoundedArgs(rec.args, rec.rawInput, limit)
 	return evidence.Event{
 		ID: rec.id, ReceiptID: rec.id, Kind: evidence.KindDecision, Time: rec.at,
 		InstanceID: s.opts.InstanceID, PrincipalID: rec.principal.ID,
 		SessionID: rec.req.SessionID, CallID: rec.req.CallID, Tool: truncate(rec.req.Tool, 128),
-		Decision: decision, Reasons: nonNil(rec.decision.Reasons), RuleIDs: rec.decision.RuleIDs,
+		Decision: decision, Reasons: evidence.BoundReasons(rec.decision.Reasons), RuleIDs: rec.decision.RuleIDs,
 		PolicyRevision: rec.decision.PolicyRevision, ArgsSHA256: evidence.ArgsDigest(rec.rawInput),
 		Args: args, Scope: rec.scope,
 		TraceID: rec.traceID, ErrorCode: code, ParentReceiptID: rec.parent,

@@ -157,6 +157,7 @@ func New(opts Options) *Server {
 	e.POST("/v1/tool-calls", s.toolCall)
 	e.POST("/v1/decisions", s.dryRun, s.require(wire.RoleAgent, wire.RoleAdmin))
 	e.GET("/v1/tools", s.listTools, s.require(wire.RoleAgent))
+	e.GET("/v1/tools.d.ts", s.toolDeclarations, s.require(wire.RoleAgent))
 	e.GET("/v1/receipts", s.listReceipts, s.require(wire.RoleAuditor))
 	e.GET("/v1/receipts/export", s.exportReceipts, s.require(wire.RoleAuditor))
 	e.GET("/v1/receipts/:id", s.getReceipt, s.require(wire.RoleAuditor))

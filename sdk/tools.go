@@ -190,6 +190,10 @@ type HTTPGetInput struct {
 	Headers  map[string]string `json:"headers,omitempty"`
 	MaxBytes int               `json:"max_bytes,omitempty"`
 	TimeoutS int               `json:"timeout_s,omitempty"`
+	// FollowRedirects false returns a redirect response itself; nil (the
+	// default) follows up to 5, each hop decided by the policy and
+	// recorded as a call of its own.
+	FollowRedirects *bool `json:"follow_redirects,omitempty"`
 }
 
 // HTTPGetData is what http.get returns; Body is base64 when Encoding says so.
@@ -202,6 +206,13 @@ type HTTPGetData struct {
 	Bytes     int               `json:"bytes"`
 	URL       string            `json:"url"`
 	Redirects []string          `json:"redirects"`
+	// Hops are the redirects followed, each with the receipt of the
+	// governed call that fetched it.
+	Hops []struct {
+		URL       string `json:"url"`
+		ReceiptID string `json:"receipt_id"`
+		Status    int    `json:"status"`
+	} `json:"hops"`
 }
 
 // HTTPGet fetches a URL under the call's network posture.

@@ -213,7 +213,7 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 				res.ExitCode, res.Signal = -1, &name
 			}
 		}
-	case res.TimedOut || res.Canceled:
+	case res.TimedOut || res.Canceled || res.OutputCapped:
 		// Stopped by us; the process runner's signal is the honest answer.
 	default:
 		msg := strings.TrimSpace(res.Stderr)

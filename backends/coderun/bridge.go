@@ -30,9 +30,16 @@ type bridge struct {
 	maxCalls  int
 	maxResult int
 
+	// stop ends the run; called once, when the code asks for one tool
+	// call more than maxCalls.
+	stop func()
+
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	calls ToolCalls
+	// overBudget is set when a call past maxCalls was asked for: the run
+	// is stopped and fails.
+	overBudget bool
 	// result is the JSON the code reported (nil: none).
 	result          json.RawMessage
 	resultTruncated bool
@@ -107,7 +114,12 @@ func (b *bridge) handle(ctx context.Context) {
 			b.setResult(req.Value)
 			continue
 		}
-		ans := b.call(ctx, req)
+		ans, ok := b.call(ctx, req)
+		if !ok {
+			// Over the budget: the run is being stopped. No answer, so
+			// the code cannot go on as if the call had merely failed.
+			return
+		}
 		if err := enc.Encode(map[string]any{"id": req.ID, "answer": ans}); err != nil {
 			return
 		}
@@ -124,10 +136,11 @@ func (b *bridge) setResult(v json.RawMessage) {
 	b.result = append(json.RawMessage(nil), v...)
 }
 
-// call runs one nested tool call, or refuses it over the cap.
-func (b *bridge) call(ctx context.Context, req request) answer {
-	refuse := func(code wire.Code, field, format string, a ...any) answer {
-		return answer{ToolOutput: wire.ToolOutput{Error: wire.FieldError(code, field, format, a...), Metadata: map[string]any{}}}
+// call runs one nested tool call. Past the budget it stops the run and
+// answers nothing (ok false).
+func (b *bridge) call(ctx context.Context, req request) (ans answer, ok bool) {
+	refuse := func(code wire.Code, field, format string, a ...any) (answer, bool) {
+		return answer{ToolOutput: wire.ToolOutput{Error: wire.FieldError(code, field, format, a...), Metadata: map[string]any{}}}, true
 	}
 	if req.Tool == "" {
 		return refuse(wire.CodeInvalidInput, "tool", "tools.call needs a tool name")
@@ -137,9 +150,17 @@ func (b *bridge) call(ctx context.Context, req request) answer {
 	}
 	b.mu.Lock()
 	if b.calls.Count >= b.maxCalls {
+		// Past the budget the run ends (seed 004): the code is stopped
+		// and the call fails, rather than running on with every further
+		// tool call refused.
 		b.calls.Refused++
+		first := !b.overBudget
+		b.overBudget = true
 		b.mu.Unlock()
-		return refuse(wire.CodeTooLarge, "tool_calls", "code.run allows at most %d tool calls per run; this one (%s) was not made", b.maxCalls, req.Tool)
+		if first && b.stop != nil {
+			b.stop()
+		}
+		return answer{}, false
 	}
 	b.calls.Count++
 	b.mu.Unlock()
@@ -148,22 +169,25 @@ func (b *bridge) call(ctx context.Context, req request) answer {
 		input = json.RawMessage(`{}`)
 	}
 	status, resp := b.disp.Dispatch(ctx, req.Tool, input)
+	b.mu.Lock()
 	if resp.ReceiptID != "" {
-		b.mu.Lock()
 		b.calls.ReceiptIDs = append(b.calls.ReceiptIDs, resp.ReceiptID)
-		b.mu.Unlock()
 	}
+	if resp.Decision == nil || !resp.Decision.Allow {
+		b.calls.Denied++
+	}
+	b.mu.Unlock()
 	if resp.Output.Metadata == nil {
 		resp.Output.Metadata = map[string]any{}
 	}
-	return answer{Status: status, ReceiptID: resp.ReceiptID, Decision: resp.Decision, ToolOutput: resp.Output}
+	return answer{Status: status, ReceiptID: resp.ReceiptID, Decision: resp.Decision, ToolOutput: resp.Output}, true
 }
 
 // snapshot returns what the run's bridge saw.
-func (b *bridge) snapshot() (ToolCalls, json.RawMessage, bool) {
+func (b *bridge) snapshot() (calls ToolCalls, result json.RawMessage, resultTruncated, overBudget bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	calls := b.calls
+	calls = b.calls
 	calls.ReceiptIDs = append([]string{}, b.calls.ReceiptIDs...)
-	return calls, b.result, b.resultTruncated
+	return calls, b.result, b.resultTruncated, b.overBudget
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/portcullis/portcullis/backends/egress"
 	"github.com/portcullis/portcullis/backends/exectool"
 	"github.com/portcullis/portcullis/backends/sandbox"
+	"github.com/portcullis/portcullis/backends/tsdecl"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -162,10 +163,16 @@ func denoNetEntries(allow []string) []string {
 
 // ToolCalls is what the bridge did.
 type ToolCalls struct {
+	// Count is the calls made: each went through the pipeline and has a
+	// receipt, listed in ReceiptIDs.
 	Count      int      `json:"count"`
 	ReceiptIDs []string `json:"receipt_ids"`
-	// Refused counts calls refused over the per-run cap (never made,
-	// no receipt).
+	// Denied counts the calls made that the gateway refused (policy
+	// denial, invalid input, enforcement): receipts with decision deny or
+	// invalid.
+	Denied int `json:"denied"`
+	// Refused counts calls asked for past the per-run budget: never
+	// made, no receipt. The first one stops the run, which then fails.
 	Refused int `json:"refused"`
 }
 
@@ -248,7 +255,8 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 			return fail(wire.CodeBackendUnavailable, "could not create %s: %v", d, err)
 		}
 	}
-	if err := writeRunDir(dir, c.in.language, c.in.code); err != nil {
+	disp, _ := backends.DispatcherFrom(ctx)
+	if err := writeRunDir(dir, c.in.language, c.in.code, tsdecl.StubsJS(c.stubs(ctx, disp))); err != nil {
 		return fail(wire.CodeBackendUnavailable, "could not write the program: %v", err)
 	}
 	reqPath, respPath := filepath.Join(dir, "bridge.req"), filepath.Join(dir, "bridge.resp")
@@ -256,11 +264,13 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 	// timeout, and the context stops a nested call still in flight.
 	runCtx, cancel := context.WithTimeout(ctx, time.Duration(scope.Limits.TimeoutS)*time.Second+2*time.Second)
 	defer cancel()
-	disp, _ := backends.DispatcherFrom(ctx)
 	br, err := openBridge(reqPath, respPath, disp, t.maxCalls, scope.Limits.MaxOutputBytes)
 	if err != nil {
 		return fail(wire.CodeBackendUnavailable, "could not open the tool bridge: %v", err)
 	}
+	// Past the tool-call budget the bridge stops the run: the runner
+	// sees runCtx end and kills Deno's whole process group.
+	br.stop = cancel
 	br.serve(runCtx)
 
 	spec := sandbox.Spec{
@@ -272,8 +282,11 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 		},
 		Timeout:        time.Duration(scope.Limits.TimeoutS) * time.Second,
 		MaxOutputBytes: scope.Limits.MaxOutputBytes,
-		Limits:         scope.Limits,
-		Scope:          scope,
+		// Past the output cap Deno is killed and the call fails (seed
+		// 004), rather than its output being cut while it runs on.
+		StopAtOutputCap: true,
+		Limits:          scope.Limits,
+		Scope:           scope,
 	}
 	spec.Limits.MemoryBytes = DenoAddressSpace
 	// The sandbox also needs Deno itself (read-only) and the run directory
@@ -285,7 +298,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 	res, err := t.runner.Run(runCtx, spec)
 	cancel()
 	br.close()
-	calls, result, resultTruncated := br.snapshot()
+	calls, result, resultTruncated, overBudget := br.snapshot()
 	if err != nil {
 		t.log.ErrorContext(ctx, "coderun: runner could not start deno", "backend", backend, "error", err)
 		var we *wire.Error
@@ -310,8 +323,12 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 		TimedOut:        res.TimedOut,
 		DurationMS:      res.Duration.Milliseconds(),
 	}
-	if res.ExitCode != 0 && !res.TimedOut {
+	outputCapped := res.OutputCapped || res.StdoutTruncated || res.StderrTruncated
+	stopped := res.TimedOut || outputCapped || overBudget
+	if res.ExitCode != 0 && !stopped {
 		data.Exception = exception(stderr, userFile(c.in.language))
+	}
+	if res.ExitCode != 0 || stopped {
 		data.Result = nil
 	}
 	if data.Result == nil {
@@ -335,9 +352,21 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 		out.Output.Metadata["network"] = res.Network
 	}
 	switch {
+	case overBudget:
+		out.Status = wire.StatusFailed
+		out.Output.Error = wire.FieldError(wire.CodeTooLarge, "tool_calls", "the code asked for more than %d tool calls and was stopped; make at most %d calls per run", t.maxCalls, t.maxCalls)
+		out.Output.Error.Details["limit"] = t.maxCalls
+	case outputCapped:
+		out.Status = wire.StatusFailed
+		out.Output.Error = wire.FieldError(wire.CodeTooLarge, "max_output_bytes", "the code wrote more than %d bytes to stdout or stderr and was stopped; raise max_output_bytes (at most %d, and the policy's limit) or write less", scope.Limits.MaxOutputBytes, MaxMaxOutputBytes)
+		out.Output.Error.Details["limit"] = scope.Limits.MaxOutputBytes
 	case res.TimedOut:
 		out.Status = wire.StatusTimedOut
 		out.Output.Error = wire.FieldError(wire.CodeTimeout, "timeout_s", "the code did not finish within %d s and was stopped; raise timeout_s (at most %d, and the policy's limit) or do less per run", scope.Limits.TimeoutS, MaxTimeoutS)
+	case resultTruncated && res.ExitCode == 0:
+		out.Status = wire.StatusFailed
+		out.Output.Error = wire.FieldError(wire.CodeTooLarge, "result", "the exported result is larger than %d bytes (max_output_bytes); return less, or raise max_output_bytes (at most %d, and the policy's limit)", scope.Limits.MaxOutputBytes, MaxMaxOutputBytes)
+		out.Output.Error.Details["limit"] = scope.Limits.MaxOutputBytes
 	case res.Canceled:
 		out.Status = wire.StatusError
 		out.Output.Error = wire.Errorf(wire.CodeBackendUnavailable, "the code was stopped because the request was cancelled or the gateway is shutting down")
@@ -349,6 +378,24 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 	}
 	t.log.DebugContext(ctx, "coderun: ran", "backend", backend, "status", out.Status, "exit_code", res.ExitCode, "tool_calls", calls.Count, "duration_ms", data.DurationMS)
 	return out
+}
+
+// stubs are the typed stubs for this run: the tools the principal may call
+// now (the dispatcher's ListTools: the policy's purpose "list"), so the
+// code sees exactly what GET /v1/tools.d.ts declares for the same caller.
+// Without a lister, or if listing fails, there are none: tools.call still
+// works, and every call is decided on its own anyway.
+func (c *call) stubs(ctx context.Context, disp backends.Dispatcher) []tsdecl.Stub {
+	l, ok := disp.(backends.ToolLister)
+	if !ok {
+		return nil
+	}
+	specs, err := l.ListTools(ctx)
+	if err != nil {
+		c.tool.log.WarnContext(ctx, "coderun: listing the tools for typed stubs failed; only tools.call is offered", "error", err)
+		return nil
+	}
+	return tsdecl.Stubs(specs)
 }
 
 // argv is Deno's command line: every permission denied but the decision's.

@@ -7,7 +7,8 @@
 // names) are contained by mounts and a network namespace.
 //
 // The code reaches other tools only through a bridge: `await
-// tools.call("fs.read", {...})` sends a JSON line over a pair of named pipes (FIFOs) made for
+// tools.fs.read({...})` (typed stubs for the tools the caller may call,
+// backends/tsdecl) or `await tools.call("fs.read", {...})` sends a JSON line over a pair of named pipes (FIFOs) made for
 // this run, and the gateway runs it through the whole pipeline with
 // backends.DispatcherFrom, so each nested call is decided by policy and
 // recorded with parent_receipt_id set to the code.run receipt.
@@ -16,6 +17,7 @@ package coderun
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 
 	"github.com/portcullis/portcullis/backends"
@@ -90,8 +92,10 @@ func (t *Tool) Name() string { return ToolName }
 func (t *Tool) Description() string {
 	return "Run TypeScript or JavaScript in a Deno sandbox. The code may read and write only the granted directories, " +
 		"reach only the allowed hosts, and cannot run programs or read the environment. " +
-		"Call other tools with `await tools.call(\"fs.read\", {path: \"...\"})`, which resolves to " +
-		"{success, data, error, metadata, receipt_id}; each call is checked by policy like a direct one. " +
+		"Call other tools with typed stubs, `await tools.fs.read({path: \"...\"})` (one per tool you may call; " +
+		"GET /v1/tools.d.ts has their TypeScript declarations), or `await tools.call(\"fs.read\", {path: \"...\"})`; both resolve to " +
+		"{success, data, error, metadata, receipt_id}, and each call is checked by policy like a direct one. " +
+		fmt.Sprintf("At most %d tool calls per run, and output (stdout, stderr, result) within max_output_bytes: past either the run is stopped and fails with too_large. ", t.maxCalls) +
 		"Export `result` (export const result = ...) to return a JSON value. " +
 		"Returns output (console.log), stderr, result, tool_calls, exit_code, exception (message and line) and duration_ms."
 }

@@ -13,9 +13,11 @@ import (
 var bridgeJS []byte
 
 // mainJS is the entry module. ES modules evaluate their imports in order,
-// so the bridge is in place before the user's code runs, and the body runs
-// only after the user's module (top-level await included) has finished.
+// so the bridge and the typed stubs (stubs.js) are in place before the
+// user's code runs, and the body runs only after the user's module
+// (top-level await included) has finished.
 const mainJS = `import { finish } from "./bridge.js";
+import "./stubs.js";
 import * as user from "./%s";
 await finish(user);
 `
@@ -28,10 +30,11 @@ func userFile(language string) string {
 	return "code.ts"
 }
 
-// writeRunDir writes the three modules into dir.
-func writeRunDir(dir, language, code string) error {
+// writeRunDir writes the four modules into dir; stubs is stubs.js.
+func writeRunDir(dir, language, code string, stubs []byte) error {
 	files := map[string][]byte{
 		"bridge.js":        bridgeJS,
+		"stubs.js":         stubs,
 		"main.js":          []byte(fmt.Sprintf(mainJS, userFile(language))),
 		userFile(language): []byte(code),
 	}

@@ -90,19 +90,31 @@ func (c *call) Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error)
 		// wiring mistake from running a denied call.
 		return wire.Scope{}, wire.Errorf(wire.CodePermissionDenied, "the policy denied this call")
 	}
+	// A path outside every grant gets one answer whether or not it exists
+	// and whatever its links point to: the message names the path as
+	// given, never its resolution. Only inside the grants, which the
+	// caller may read anyway, is it said what is wrong with it.
 	grants := c.tool.resolveGrants(ctx, d.FSGrants)
 	if !withinAny(c.in.argv0, grants) {
 		return wire.Scope{}, &wire.Error{
 			Code:    wire.CodeFSDenied,
-			Message: fmt.Sprintf("argv[0] resolves to %s, which is outside the granted paths; run a program inside %s", c.in.argv0, grantList(grants)),
-			Details: map[string]any{"field": "argv[0]", "path": c.in.argv0},
+			Message: fmt.Sprintf("argv[0] %q is outside the granted paths; run a program inside %s", c.in.argv[0], grantList(grants)),
+			Details: map[string]any{"field": "argv[0]", "path": c.in.argv[0]},
 		}
+	}
+	if err := checkExecutable(c.in.argv0, c.in.argv[0]); err != nil {
+		return wire.Scope{}, err
 	}
 	if c.in.cwd != "" && !withinAny(c.in.cwd, grants) {
 		return wire.Scope{}, &wire.Error{
 			Code:    wire.CodeFSDenied,
-			Message: fmt.Sprintf("cwd resolves to %s, which is outside the granted paths; use a directory inside %s", c.in.cwd, grantList(grants)),
-			Details: map[string]any{"field": "cwd", "path": c.in.cwd},
+			Message: fmt.Sprintf("cwd %q is outside the granted paths; use a directory inside %s", c.in.cwdGiven, grantList(grants)),
+			Details: map[string]any{"field": "cwd", "path": c.in.cwdGiven},
+		}
+	}
+	if c.in.cwd != "" {
+		if err := checkDir(c.in.cwd, c.in.cwdGiven); err != nil {
+			return wire.Scope{}, err
 		}
 	}
 	limits, err := effectiveLimits(c.in, d.Limits)

@@ -51,15 +51,8 @@ func wireErr(t *testing.T, err error) *wire.Error {
 
 func TestPrepareValidation(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	file := filepath.Join(dir, "plain.txt")
-	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	dangling := filepath.Join(dir, "dangling")
-	if err := os.Symlink(filepath.Join(dir, "missing"), dangling); err != nil {
-		t.Fatal(err)
-	}
+	// argv[0] and cwd that are missing, not programs or not directories
+	// are refused at Enforce, after the grants: TestHostPathOracle.
 	big := strings.Repeat("a", MaxArgBytes+1)
 	manyArgs, _ := json.Marshal(append([]string{"/bin/true"}, slices.Repeat([]string{"x"}, MaxArgs)...))
 	hugeArgv, _ := json.Marshal(append([]string{"/bin/true"}, slices.Repeat([]string{strings.Repeat("b", 100<<10)}, 11)...))
@@ -89,18 +82,11 @@ func TestPrepareValidation(t *testing.T) {
 		{"argv lone surrogate", `{"argv":["/bin/echo","\ud800"]}`, wire.CodeInvalidInput, "argv[1]"},
 		{"argv0 relative", `{"argv":["true"]}`, wire.CodeInvalidInput, "argv[0]"},
 		{"argv0 dot relative", `{"argv":["./true"]}`, wire.CodeInvalidInput, "argv[0]"},
-		{"argv0 missing", `{"argv":["/nonexistent/prog"]}`, wire.CodeInvalidInput, "argv[0]"},
-		{"argv0 dangling link", fmt.Sprintf(`{"argv":[%q]}`, dangling), wire.CodeInvalidInput, "argv[0]"},
-		{"argv0 directory", `{"argv":["/usr/bin"]}`, wire.CodeInvalidInput, "argv[0]"},
-		{"argv0 not executable", fmt.Sprintf(`{"argv":[%q]}`, file), wire.CodeInvalidInput, "argv[0]"},
-		{"argv0 device", `{"argv":["/dev/null"]}`, wire.CodeInvalidInput, "argv[0]"},
 		{"too many args", fmt.Sprintf(`{"argv":%s}`, manyArgs), wire.CodeTooLarge, "argv"},
 		{"arg too big", fmt.Sprintf(`{"argv":["/bin/echo",%q]}`, big), wire.CodeTooLarge, "argv[1]"},
 		{"argv total too big", fmt.Sprintf(`{"argv":%s}`, hugeArgv), wire.CodeTooLarge, "argv"},
 		{"cwd relative", `{"argv":["/bin/true"],"cwd":"tmp"}`, wire.CodeInvalidInput, "cwd"},
 		{"cwd empty", `{"argv":["/bin/true"],"cwd":""}`, wire.CodeInvalidInput, "cwd"},
-		{"cwd missing", `{"argv":["/bin/true"],"cwd":"/nonexistent/dir"}`, wire.CodeInvalidInput, "cwd"},
-		{"cwd is a file", fmt.Sprintf(`{"argv":["/bin/true"],"cwd":%q}`, file), wire.CodeInvalidInput, "cwd"},
 		{"cwd not string", `{"argv":["/bin/true"],"cwd":7}`, wire.CodeInvalidInput, "cwd"},
 		{"env not object", `{"argv":["/bin/true"],"env":["A=1"]}`, wire.CodeInvalidInput, "env"},
 		{"env empty name", `{"argv":["/bin/true"],"env":{"":"x"}}`, wire.CodeInvalidInput, "env."},
@@ -222,8 +208,6 @@ func TestEnforce(t *testing.T) {
 		t.Fatal(err)
 	}
 	work := filepath.Join(base, "work")
-	realWork, _ := filepath.EvalSymlinks(work)
-	realOutside, _ := filepath.EvalSymlinks(outside)
 
 	tests := []struct {
 		name      string
@@ -239,10 +223,10 @@ func TestEnforce(t *testing.T) {
 		{name: "grant given through a symlink", argv0: inside, grants: []wire.FSGrant{{Path: filepath.Join(base, "worklink"), Mode: "r"}}},
 		{name: "grant equal to the file", argv0: inside, grants: []wire.FSGrant{{Path: inside, Mode: "r"}}},
 		{name: "root grant", argv0: inside, grants: []wire.FSGrant{{Path: "/", Mode: "r"}}},
-		{name: "no grants", argv0: inside, wantCode: wire.CodeFSDenied, wantField: "argv[0]", wantPath: filepath.Join(realWork, "bin/prog")},
-		{name: "outside", argv0: outside, grants: []wire.FSGrant{{Path: work, Mode: "r"}}, wantCode: wire.CodeFSDenied, wantField: "argv[0]", wantPath: realOutside},
+		{name: "no grants", argv0: inside, wantCode: wire.CodeFSDenied, wantField: "argv[0]", wantPath: inside},
+		{name: "outside", argv0: outside, grants: []wire.FSGrant{{Path: work, Mode: "r"}}, wantCode: wire.CodeFSDenied, wantField: "argv[0]", wantPath: outside},
 		{name: "string prefix is not a path prefix", argv0: prefixTrick, grants: []wire.FSGrant{{Path: work, Mode: "r"}}, wantCode: wire.CodeFSDenied, wantField: "argv[0]"},
-		{name: "symlink pointing out of the grant", argv0: filepath.Join(work, "escape"), grants: []wire.FSGrant{{Path: work, Mode: "r"}}, wantCode: wire.CodeFSDenied, wantField: "argv[0]", wantPath: realOutside},
+		{name: "symlink pointing out of the grant", argv0: filepath.Join(work, "escape"), grants: []wire.FSGrant{{Path: work, Mode: "r"}}, wantCode: wire.CodeFSDenied, wantField: "argv[0]", wantPath: filepath.Join(work, "escape")},
 		{name: "cwd outside", argv0: inside, cwd: "/usr", grants: []wire.FSGrant{{Path: work, Mode: "r"}}, wantCode: wire.CodeFSDenied, wantField: "cwd", wantPath: "/usr"},
 		{name: "grant that does not exist is ignored", argv0: inside, grants: []wire.FSGrant{{Path: filepath.Join(base, "gone"), Mode: "r"}}, wantCode: wire.CodeFSDenied, wantField: "argv[0]"},
 		{name: "relative grant is ignored", argv0: inside, grants: []wire.FSGrant{{Path: "work", Mode: "r"}}, wantCode: wire.CodeFSDenied, wantField: "argv[0]"},

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -33,8 +32,9 @@ const (
 type input struct {
 	args           map[string]any // the caller's input as decoded (policy input.args)
 	argv           []string       // as given
-	argv0          string         // argv[0], real path
-	cwd            string         // real path, "" when not given
+	argv0          string         // where argv[0] leads (leadsTo); a real path once Enforce passed
+	cwd            string         // where cwd leads, "" when not given
+	cwdGiven       string         // cwd as the caller sent it
 	env            map[string]string
 	timeoutS       int
 	maxOutputBytes int
@@ -93,6 +93,7 @@ func decodeInput(raw json.RawMessage) (*input, error) {
 		if err := json.Unmarshal(v, &cwd); err != nil || !utf8.Valid(v) {
 			return nil, strictjson.Invalid("cwd", "cwd must be a string: an absolute directory path")
 		}
+		in.cwdGiven = cwd
 		if in.cwd, err = resolveDir(cwd); err != nil {
 			return nil, err
 		}
@@ -187,28 +188,19 @@ func checkEnvName(k string) error {
 	return nil
 }
 
-// resolveExecutable returns the real path of argv[0], which must be an
-// absolute path to an existing regular file with an execute bit.
+// resolveExecutable checks argv[0]'s form and returns where it leads
+// (leadsTo). Whether it exists and is a program is checked by Enforce,
+// after the grants: see leadsTo for why.
 func resolveExecutable(p string) (string, error) {
 	const want = "argv[0] must be the absolute path of an existing executable file, e.g. /usr/bin/git (no PATH lookup)"
 	if !filepath.IsAbs(p) {
 		return "", strictjson.Invalid("argv[0]", "argv[0] %q is not absolute; %s", p, want)
 	}
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		return "", strictjson.Invalid("argv[0]", "argv[0] %q does not exist or is a dangling link; %s", p, want)
-	}
-	fi, err := os.Stat(real)
-	if err != nil || !fi.Mode().IsRegular() {
-		return "", strictjson.Invalid("argv[0]", "argv[0] %q is not a regular file; %s", p, want)
-	}
-	if fi.Mode().Perm()&0o111 == 0 {
-		return "", strictjson.Invalid("argv[0]", "argv[0] %q is not executable; %s", p, want)
-	}
-	return real, nil
+	return leadsTo(p), nil
 }
 
-// resolveDir returns the real path of an absolute existing directory.
+// resolveDir checks cwd's form and returns where it leads; Enforce checks
+// that it is a directory, after the grants.
 func resolveDir(p string) (string, error) {
 	const want = "cwd must be the absolute path of an existing directory inside the granted paths"
 	if !filepath.IsAbs(p) {
@@ -217,15 +209,7 @@ func resolveDir(p string) (string, error) {
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", strictjson.Invalid("cwd", "cwd contains a NUL byte; %s", want)
 	}
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		return "", strictjson.Invalid("cwd", "cwd %q does not exist; %s", p, want)
-	}
-	fi, err := os.Stat(real)
-	if err != nil || !fi.IsDir() {
-		return "", strictjson.Invalid("cwd", "cwd %q is not a directory; %s", p, want)
-	}
-	return real, nil
+	return leadsTo(p), nil
 }
 
 // sortedKeys returns m's keys in order.

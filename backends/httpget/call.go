@@ -116,15 +116,19 @@ func (t *Tool) check(ctx context.Context, n wire.Network, tg target, field strin
 	if err != nil {
 		return deny("the policy's network allowlist is malformed (%v); refusing rather than guess", err)
 	}
+	res := t.res
+	if backends.IsDryRun(ctx) {
+		res = noLookup{}
+	}
 	var addr netip.AddrPort
 	switch n.Posture {
 	case wire.PostureAllowlist:
-		addr, err = al.Resolve(ctx, t.res, tg.host, tg.port)
+		addr, err = al.Resolve(ctx, res, tg.host, tg.port)
 		if errors.Is(err, egress.ErrDenied) {
 			return deny("%s is not allowed by the network policy: %v", tg.hostPort(), err)
 		}
 	case wire.PostureFull:
-		addr, err = t.resolvePublic(ctx, al, tg)
+		addr, err = resolvePublic(ctx, res, al, tg)
 		if errors.Is(err, egress.ErrDenied) {
 			return deny("%s is refused: %v", tg.hostPort(), err)
 		}
@@ -132,6 +136,11 @@ func (t *Tool) check(ctx context.Context, n wire.Network, tg target, field strin
 		return deny("the network posture is off for this call; the policy grants no network access")
 	default:
 		return deny("unknown network posture %q; refusing", n.Posture)
+	}
+	if errors.Is(err, errNoLookup) {
+		// A dry run: the name passed every check made before a lookup;
+		// what it resolves to is decided only when the call is made.
+		return netip.AddrPort{}, nil
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -145,9 +154,19 @@ func (t *Tool) check(ctx context.Context, n wire.Network, tg target, field strin
 	return addr, nil
 }
 
+// errNoLookup is noLookup's answer.
+var errNoLookup = errors.New("httpget: no DNS lookup in a dry run")
+
+// noLookup is the resolver of a dry run: it never sends a query.
+type noLookup struct{}
+
+func (noLookup) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return nil, errNoLookup
+}
+
 // resolvePublic is posture full: any name, but only public addresses
 // unless a CIDR entry grants a private one.
-func (t *Tool) resolvePublic(ctx context.Context, al *egress.Allowlist, tg target) (netip.AddrPort, error) {
+func resolvePublic(ctx context.Context, res egress.Resolver, al *egress.Allowlist, tg target) (netip.AddrPort, error) {
 	ok := func(ip netip.Addr) bool {
 		return !egress.Metadata(ip) && (!egress.Special(ip) || al.CIDRAllows(ip, tg.port))
 	}
@@ -157,9 +176,8 @@ func (t *Tool) resolvePublic(ctx context.Context, al *egress.Allowlist, tg targe
 		}
 		return netip.AddrPortFrom(tg.ip, uint16(tg.port)), nil
 	}
-	var res egress.Resolver = net.DefaultResolver
-	if t.res != nil {
-		res = t.res
+	if res == nil {
+		res = net.DefaultResolver
 	}
 	addrs, err := res.LookupNetIP(ctx, "ip", tg.host)
 	if err != nil {
@@ -186,13 +204,28 @@ type Data struct {
 	Bytes     int               `json:"bytes"` // body bytes returned (before base64)
 	URL       string            `json:"url"`   // the final URL, after redirects
 	Redirects []string          `json:"redirects"`
+	// Hops are the redirects followed, each a governed call of its own.
+	Hops []Hop `json:"hops"`
 	// Address is the IP:port the final hop really connected to.
 	Address string `json:"address"`
 }
 
+// Hop is one redirect followed: the URL, the receipt of the call that
+// fetched it, and the HTTP status it answered (0 when it was refused).
+type Hop struct {
+	URL       string `json:"url"`
+	ReceiptID string `json:"receipt_id"`
+	Status    int    `json:"status"`
+}
+
 // Run fetches within scope. An HTTP status of 400 or more is a failed call
-// with data (the server answered); a refused redirect is network_denied; a
-// connection or TLS failure is backend_unavailable; the deadline is timeout.
+// with data (the server answered); a refused redirect fails with the hop's
+// own code (network_denied, permission_denied ...); a connection or TLS
+// failure is backend_unavailable; the deadline is timeout.
+//
+// This call fetches only its own URL, at the address Enforce checked. A
+// redirect is followed, when follow_redirects allows, by handing its
+// Location back to the pipeline as a call of its own (see follow).
 func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 	start := time.Now()
 	stats := &wire.NetworkStats{Allowed: []string{}, Refused: []string{}}
@@ -207,62 +240,132 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 			Network: stats,
 		}
 	}
-	if !c.enforced || scope.Limits.TimeoutS <= 0 || scope.Limits.MaxOutputBytes <= 0 {
+	if !c.enforced || !c.pinned.IsValid() || scope.Limits.TimeoutS <= 0 || scope.Limits.MaxOutputBytes <= 0 {
 		return fail(wire.StatusError, wire.Errorf(wire.CodeInternal, "http.get was run before its scope was enforced"))
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(scope.Limits.TimeoutS)*time.Second)
 	defer cancel()
 
 	cur, addr := c.in.target, c.pinned
-	redirects := []string{}
-	for hop := 0; ; hop++ {
-		stats.Connections++
-		addOnce(&stats.Allowed, cur.hostPort())
-		resp, err := c.tool.fetch(ctx, cur, addr, c.in.headers)
-		if err != nil {
-			if ctx.Err() != nil {
-				return fail(wire.StatusTimedOut, &wire.Error{Code: wire.CodeTimeout, Message: fmt.Sprintf("fetching %s did not finish within %d s; raise timeout_s (at most %d, and the policy's limit)", cur.url, scope.Limits.TimeoutS, MaxTimeoutS), Details: map[string]any{"field": "timeout_s", "url": cur.url.String()}})
-			}
-			return fail(wire.StatusError, &wire.Error{Code: wire.CodeBackendUnavailable, Message: fmt.Sprintf("fetching %s (%s) failed: %v", cur.url, addr, err), Details: map[string]any{"field": "url", "url": cur.url.String(), "address": addr.String()}})
+	stats.Connections++
+	addOnce(&stats.Allowed, cur.hostPort())
+	resp, err := c.tool.fetch(ctx, cur, addr, c.in.headers)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fail(wire.StatusTimedOut, &wire.Error{Code: wire.CodeTimeout, Message: fmt.Sprintf("fetching %s did not finish within %d s; raise timeout_s (at most %d, and the policy's limit)", cur.url, scope.Limits.TimeoutS, MaxTimeoutS), Details: map[string]any{"field": "timeout_s", "url": cur.url.String()}})
 		}
-		loc := resp.Header.Get("Location")
-		if !isRedirect(resp.StatusCode) || loc == "" {
-			return c.finish(ctx, resp, cur, addr, redirects, scope, stats, start)
-		}
-		resp.Body.Close()
-		if hop == MaxRedirects {
-			return fail(wire.StatusFailed, &wire.Error{Code: wire.CodeBackendUnavailable, Message: fmt.Sprintf("more than %d redirects; the last one pointed to %s", MaxRedirects, loc), Details: map[string]any{"field": "url", "redirects": redirects}})
+		return fail(wire.StatusError, &wire.Error{Code: wire.CodeBackendUnavailable, Message: fmt.Sprintf("fetching %s (%s) failed: %v", cur.url, addr, err), Details: map[string]any{"field": "url", "url": cur.url.String(), "address": addr.String()}})
+	}
+	loc := resp.Header.Get("Location")
+	if !c.in.follow || !isRedirect(resp.StatusCode) || loc == "" {
+		return c.finish(ctx, resp, cur, addr, scope, stats, start)
+	}
+	resp.Body.Close()
+	return c.follow(ctx, scope, loc, stats, start, fail)
+}
+
+// follow follows the redirect chain that starts at loc. Each hop is
+// dispatched through the pipeline (backends.DispatcherFrom) as http.get
+// with follow_redirects false and this call's headers, byte cap and
+// remaining time: the policy decides it with purpose "call" like any direct
+// call, Enforce checks and pins its address, and it gets its own receipt
+// with this call's as parent. A hop the policy or posture refuses ends the
+// chain with that hop's error; the hop's receipt records why. Without a
+// dispatcher (a tool used outside the gateway) no redirect is followed.
+func (c *call) follow(ctx context.Context, scope wire.Scope, loc string, stats *wire.NetworkStats, start time.Time, fail func(string, *wire.Error) backends.Result) backends.Result {
+	disp, ok := backends.DispatcherFrom(ctx)
+	cur := c.in.target
+	redirects, hops := []string{}, []Hop{}
+	for n := 1; ; n++ {
+		if n > MaxRedirects {
+			return fail(wire.StatusFailed, &wire.Error{Code: wire.CodeBackendUnavailable, Message: fmt.Sprintf("more than %d redirects; the last one pointed to %s", MaxRedirects, loc), Details: map[string]any{"field": "url", "redirects": redirects, "hops": hops}})
 		}
 		next, err := resolveLocation(cur, loc)
 		if err != nil {
-			return fail(wire.StatusFailed, &wire.Error{Code: wire.CodeNetworkDenied, Message: fmt.Sprintf("redirect %d from %s points to %q, which is not a fetchable http(s) URL", hop+1, cur.url, loc), Details: map[string]any{"field": "url", "location": loc, "redirects": redirects}})
+			return fail(wire.StatusFailed, &wire.Error{Code: wire.CodeNetworkDenied, Message: fmt.Sprintf("redirect %d from %s points to %q, which is not a fetchable http(s) URL", n, cur.url, loc), Details: map[string]any{"field": "url", "location": loc, "redirects": redirects, "hops": hops}})
 		}
 		redirects = append(redirects, next.url.String())
-		naddr, err := c.tool.check(ctx, scope.Network, next, "url")
+		if !ok {
+			return fail(wire.StatusFailed, &wire.Error{Code: wire.CodeNetworkDenied, Message: fmt.Sprintf("redirect %d to %s was not followed: this gateway cannot decide redirect hops here", n, next.url), Details: map[string]any{"field": "url", "redirects": redirects, "hops": hops}})
+		}
+		deadline, _ := ctx.Deadline()
+		left := time.Until(deadline)
+		timedOut := func() backends.Result {
+			return fail(wire.StatusTimedOut, &wire.Error{Code: wire.CodeTimeout, Message: fmt.Sprintf("following the redirects of %s did not finish within %d s; raise timeout_s (at most %d, and the policy's limit)", c.in.target.url, scope.Limits.TimeoutS, MaxTimeoutS), Details: map[string]any{"field": "timeout_s", "redirects": redirects, "hops": hops}})
+		}
+		if left < time.Second/2 || ctx.Err() != nil {
+			return timedOut()
+		}
+		in := map[string]any{
+			"url": next.url.String(), "headers": c.in.headers, "follow_redirects": false,
+			"max_bytes": scope.Limits.MaxOutputBytes, "timeout_s": max(1, int(left/time.Second)),
+		}
+		raw, err := json.Marshal(in)
 		if err != nil {
-			we := asWireError(err)
-			if we.Code == wire.CodeNetworkDenied {
-				stats.Connections++
-				addOnce(&stats.Refused, next.hostPort())
-				if stats.Denials == nil {
-					stats.Denials = map[string]string{}
-				}
-				stats.Denials[next.hostPort()] = we.Message
-				we.Message = fmt.Sprintf("redirect %d refused: %s", hop+1, we.Message)
+			return fail(wire.StatusError, wire.Errorf(wire.CodeInternal, "encoding redirect hop %d: %v", n, err))
+		}
+		_, resp := disp.Dispatch(ctx, ToolName, raw)
+		hop := Hop{URL: next.url.String(), ReceiptID: resp.ReceiptID}
+		stats.Connections++
+		if we := resp.Output.Error; we != nil {
+			hops = append(hops, hop)
+			if ctx.Err() != nil && we.Code != wire.CodeNetworkDenied && we.Code != wire.CodePermissionDenied {
+				return timedOut()
 			}
-			we.Details["redirects"] = redirects
+			addOnce(&stats.Refused, next.hostPort())
+			if stats.Denials == nil {
+				stats.Denials = map[string]string{}
+			}
+			stats.Denials[next.hostPort()] = we.Message
+			details := map[string]any{"field": "url", "redirects": redirects, "hops": hops, "hop_receipt_id": resp.ReceiptID}
 			status := wire.StatusFailed
 			if we.Code == wire.CodeTimeout {
 				status = wire.StatusTimedOut
 			}
-			return fail(status, we)
+			return fail(status, &wire.Error{Code: we.Code, Message: fmt.Sprintf("redirect %d to %s refused: %s", n, next.url, we.Message), Details: details})
 		}
-		cur, addr = next, naddr
+		data, derr := hopData(resp.Output.Data)
+		if derr != nil {
+			return fail(wire.StatusError, wire.Errorf(wire.CodeInternal, "redirect hop %d answered no http.get data: %v", n, derr))
+		}
+		hop.Status = data.Status
+		hops = append(hops, hop)
+		addOnce(&stats.Allowed, next.hostPort())
+		if l := data.Headers["location"]; isRedirect(data.Status) && l != "" {
+			cur, loc = next, l
+			continue
+		}
+		// The last hop's answer is this call's answer.
+		stats.BytesIn += int64(data.Bytes)
+		data.Redirects, data.Hops = redirects, hops
+		return c.result(ctx, data, scope, stats, start)
 	}
 }
 
+// hopData reads a hop's output.data: Data itself in process, or its JSON
+// form from a dispatcher that encodes.
+func hopData(v any) (Data, error) {
+	switch d := v.(type) {
+	case Data:
+		return d, nil
+	case *Data:
+		if d != nil {
+			return *d, nil
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return Data{}, err
+	}
+	var d Data
+	if err := json.Unmarshal(b, &d); err != nil || d.Status == 0 {
+		return Data{}, fmt.Errorf("unexpected data %.200s", b)
+	}
+	return d, nil
+}
+
 // finish reads the capped body and builds the result.
-func (c *call) finish(ctx context.Context, resp *http.Response, cur target, addr netip.AddrPort, redirects []string, scope wire.Scope, stats *wire.NetworkStats, start time.Time) backends.Result {
+func (c *call) finish(ctx context.Context, resp *http.Response, cur target, addr netip.AddrPort, scope wire.Scope, stats *wire.NetworkStats, start time.Time) backends.Result {
 	defer resp.Body.Close()
 	limit := scope.Limits.MaxOutputBytes
 	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
@@ -286,7 +389,8 @@ func (c *call) finish(ctx context.Context, resp *http.Response, cur target, addr
 		Truncated: truncated,
 		Bytes:     len(body),
 		URL:       cur.url.String(),
-		Redirects: redirects,
+		Redirects: []string{},
+		Hops:      []Hop{},
 		Address:   addr.String(),
 	}
 	for _, h := range responseHeaders {
@@ -295,6 +399,11 @@ func (c *call) finish(ctx context.Context, resp *http.Response, cur target, addr
 		}
 	}
 	data.Body, data.Encoding = encodeBody(body, resp.Header.Get("Content-Type"), truncated)
+	return c.result(ctx, data, scope, stats, start)
+}
+
+// result is the call's answer with data: success below HTTP 400.
+func (c *call) result(ctx context.Context, data Data, scope wire.Scope, stats *wire.NetworkStats, start time.Time) backends.Result {
 	sum, err := json.Marshal(data)
 	if err != nil {
 		return backends.Result{Output: wire.ToolOutput{Error: wire.Errorf(wire.CodeInternal, "encoding the output: %v", err), Metadata: map[string]any{"backend": Backend}}, Status: wire.StatusError, Backend: Backend}
@@ -302,7 +411,7 @@ func (c *call) finish(ctx context.Context, resp *http.Response, cur target, addr
 	digest := sha256.Sum256(sum)
 	out := backends.Result{
 		Output: wire.ToolOutput{
-			Success:  resp.StatusCode < 400,
+			Success:  data.Status < 400,
 			Data:     data,
 			Metadata: map[string]any{"backend": Backend, "duration_ms": time.Since(start).Milliseconds(), "network": stats},
 		},
@@ -311,10 +420,10 @@ func (c *call) finish(ctx context.Context, resp *http.Response, cur target, addr
 		Backend:      Backend,
 		Network:      stats,
 	}
-	if resp.StatusCode >= 400 {
+	if data.Status >= 400 {
 		out.Status = wire.StatusFailed
 	}
-	c.tool.log.DebugContext(ctx, "httpget: fetched", "host", cur.hostPort(), "address", addr.String(), "status", resp.StatusCode, "bytes", len(body), "redirects", len(redirects))
+	c.tool.log.DebugContext(ctx, "httpget: fetched", "host", c.in.target.hostPort(), "address", data.Address, "status", data.Status, "bytes", data.Bytes, "redirects", len(data.Redirects))
 	return out
 }
 
@@ -419,15 +528,4 @@ func addOnce(list *[]string, s string) {
 	if !slices.Contains(*list, s) {
 		*list = append(*list, s)
 	}
-}
-
-func asWireError(err error) *wire.Error {
-	var we *wire.Error
-	if errors.As(err, &we) {
-		if we.Details == nil {
-			we.Details = map[string]any{}
-		}
-		return we
-	}
-	return wire.Errorf(wire.CodeInternal, "%v", err)
 }

@@ -4,8 +4,20 @@
 // of an attacker-chosen name is itself an exfiltration channel), only then
 // resolved, private and metadata addresses are refused unless a CIDR grants
 // them, and the connection dials exactly the address that was checked, so DNS
-// rebinding between check and connect cannot redirect it. Every redirect hop
-// goes through the same check.
+// rebinding between check and connect cannot redirect it.
+//
+// When DNS happens: never in Prepare (before the policy has seen the name),
+// never in a dry run (backends.IsDryRun: no receipt, so a lookup there
+// would be an unrecorded channel out), and in Enforce only after the
+// policy allowed the call, and under posture allowlist only for a name on
+// the list.
+//
+// Every redirect hop is a governed call of its own: Run hands the
+// Location back to the pipeline (backends.Dispatcher) as http.get with
+// follow_redirects false, so the policy decides each hop with purpose
+// "call" exactly as if the caller had asked for that URL, each hop gets
+// its own receipt (parent_receipt_id: the first call's), and a hop the
+// policy or the network posture refuses ends the fetch.
 package httpget
 
 import (
@@ -62,7 +74,7 @@ func (t *Tool) Name() string { return ToolName }
 func (t *Tool) Description() string {
 	return "Fetch one http:// or https:// URL with GET, under the network policy. " +
 		"Only hosts the policy allows are reachable; private and internal addresses are refused unless granted. " +
-		"Redirects (at most 5) are followed and each hop is checked again. " +
+		"Redirects (at most 5) are followed only where the policy allows a direct call to the new URL: each hop is decided and recorded as a call of its own. " +
 		"Optional request headers: accept, accept-language, user-agent. " +
 		"Returns status, safe response headers, body (UTF-8 text, or base64 with encoding \"base64\" for binary), " +
 		"truncated (body longer than max_bytes), bytes, the final url and the redirects followed."
@@ -100,6 +112,10 @@ const parametersSchema = `{
       "description": "Timeout for the whole fetch, redirects and body included (1-120, default 30). The policy may lower it.",
       "minimum": 1,
       "maximum": 120
+    },
+    "follow_redirects": {
+      "type": "boolean",
+      "description": "Default true: follow up to 5 redirects, each one checked by the policy as a call of its own. false returns the redirect response itself (status 3xx, headers.location)."
     }
   },
   "required": ["url"],

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -265,7 +266,57 @@ func server(t *testing.T, tls bool) *httptest.Server {
 	return s
 }
 
-// run prepares, enforces and runs one call.
+// hopDispatcher stands in for the gateway's pipeline: each redirect hop
+// is prepared, decided by decide (nil: the first call's decision),
+// enforced and run, and recorded.
+type hopDispatcher struct {
+	tool   *Tool
+	decide func(url string) wire.Decision
+	mu     sync.Mutex
+	inputs []map[string]any
+}
+
+func (h *hopDispatcher) Dispatch(ctx context.Context, tool string, input json.RawMessage) (int, wire.ToolCallResponse) {
+	var in map[string]any
+	_ = json.Unmarshal(input, &in)
+	h.mu.Lock()
+	h.inputs = append(h.inputs, in)
+	id := fmt.Sprintf("hop-%d", len(h.inputs))
+	h.mu.Unlock()
+	fail := func(status int, err error) (int, wire.ToolCallResponse) {
+		var we *wire.Error
+		if !errors.As(err, &we) {
+			we = wire.Errorf(wire.CodeInternal, "%v", err)
+		}
+		return status, wire.ToolCallResponse{ReceiptID: id, Output: wire.ToolOutput{Error: we}}
+	}
+	if tool != ToolName {
+		return fail(400, wire.Errorf(wire.CodeUnknownTool, "tool %s", tool))
+	}
+	c, err := h.tool.Prepare(ctx, input)
+	if err != nil {
+		return fail(400, err)
+	}
+	d := h.decide(fmt.Sprint(in["url"]))
+	if !d.Allow {
+		return fail(403, wire.Errorf(wire.CodePermissionDenied, "policy denied http.get"))
+	}
+	scope, err := c.Enforce(ctx, d)
+	if err != nil {
+		return fail(403, err)
+	}
+	res := c.Run(ctx, scope)
+	return 200, wire.ToolCallResponse{ReceiptID: id, Output: res.Output}
+}
+
+func (h *hopDispatcher) hops() []map[string]any {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]map[string]any(nil), h.inputs...)
+}
+
+// run prepares, enforces and runs one call, with a dispatcher that decides
+// redirect hops with the same decision.
 func run(t *testing.T, tool *Tool, d wire.Decision, in map[string]any) (Data, *wire.ToolOutput, string, *wire.NetworkStats) {
 	t.Helper()
 	c, err := prepare(t, tool, in)
@@ -276,7 +327,8 @@ func run(t *testing.T, tool *Tool, d wire.Decision, in map[string]any) (Data, *w
 	if err != nil {
 		t.Fatalf("Enforce: %v", err)
 	}
-	res := c.Run(context.Background(), scope)
+	ctx := backends.WithDispatcher(context.Background(), &hopDispatcher{tool: tool, decide: func(string) wire.Decision { return d }})
+	res := c.Run(ctx, scope)
 	data, _ := res.Output.Data.(Data)
 	return data, &res.Output, res.Status, res.Network
 }

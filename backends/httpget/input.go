@@ -28,7 +28,7 @@ const (
 // carry secrets that evidence would then have to hold.
 var allowedHeaders = []string{"accept", "accept-language", "user-agent"}
 
-var fields = []string{"url", "headers", "max_bytes", "timeout_s"}
+var fields = []string{"url", "headers", "max_bytes", "timeout_s", "follow_redirects"}
 
 // target is one parsed, checked-syntax URL.
 type target struct {
@@ -45,6 +45,9 @@ type input struct {
 	headers  map[string]string // lower-case names
 	maxBytes int
 	timeoutS int
+	// follow is follow_redirects: true (default) follows each redirect
+	// as a governed call of its own; false returns the 3xx response.
+	follow bool
 }
 
 func decodeInput(raw json.RawMessage) (*input, error) {
@@ -55,7 +58,7 @@ func decodeInput(raw json.RawMessage) (*input, error) {
 	if err := obj.Only(fields...); err != nil {
 		return nil, err
 	}
-	in := &input{maxBytes: DefaultMaxBytes, timeoutS: DefaultTimeoutS, headers: map[string]string{}}
+	in := &input{maxBytes: DefaultMaxBytes, timeoutS: DefaultTimeoutS, headers: map[string]string{}, follow: true}
 	v, ok := obj.Get("url")
 	if !ok {
 		return nil, strictjson.Invalid("url", "url is required: an absolute http:// or https:// URL")
@@ -99,6 +102,11 @@ func decodeInput(raw json.RawMessage) (*input, error) {
 	if v, ok := obj.Get("timeout_s"); ok {
 		if in.timeoutS, err = strictjson.Int(v, "timeout_s", 1, MaxTimeoutS); err != nil {
 			return nil, err
+		}
+	}
+	if v, ok := obj.Get("follow_redirects"); ok {
+		if err := json.Unmarshal(v, &in.follow); err != nil {
+			return nil, strictjson.Invalid("follow_redirects", "follow_redirects must be true or false")
 		}
 	}
 	if in.args, err = strictjson.Args(raw); err != nil {

@@ -5,11 +5,13 @@ import (
 )
 
 // capBuffer keeps the first max bytes written to it and counts the rest, so
-// the pipe it drains never fills up and blocks the child.
+// the pipe it drains never fills up and blocks the child. over, when set,
+// is called (once per buffer) when the first byte past max arrives.
 type capBuffer struct {
 	buf   []byte
 	max   int
 	total int64
+	over  func()
 }
 
 func newCapBuffer(max int) *capBuffer {
@@ -18,7 +20,11 @@ func newCapBuffer(max int) *capBuffer {
 
 // Write never fails: bytes past the cap are counted and discarded.
 func (c *capBuffer) Write(p []byte) (int, error) {
+	was := c.total
 	c.total += int64(len(p))
+	if c.over != nil && was <= int64(c.max) && c.total > int64(c.max) {
+		c.over()
+	}
 	if room := c.max - len(c.buf); room > 0 {
 		c.buf = append(c.buf, p[:min(room, len(p))]...)
 	}

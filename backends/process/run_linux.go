@@ -153,6 +153,13 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 	}
 
 	stdout, stderr := newCapBuffer(spec.MaxOutputBytes), newCapBuffer(spec.MaxOutputBytes)
+	var capped chan struct{} // nil (never ready) unless StopAtOutputCap
+	if spec.StopAtOutputCap {
+		capped = make(chan struct{})
+		var once sync.Once
+		stdout.over = func() { once.Do(func() { close(capped) }) }
+		stderr.over = stdout.over
+	}
 	var drained sync.WaitGroup
 	drained.Go(func() { drain(outR, stdout) })
 	drained.Go(func() { drain(errR, stderr) })
@@ -169,6 +176,10 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 	case <-ctx.Done():
 		res.Canceled = true
 		exit = g.stop(done)
+	case <-capped:
+		// No grace: the program is past what it was allowed to say.
+		res.OutputCapped = true
+		exit = g.kill(done)
 	}
 	res.Duration = exit.at.Sub(startedAt)
 	if exit.killErr != nil {
@@ -410,6 +421,14 @@ func (g *group) stop(done <-chan exitInfo) exitInfo {
 	}
 	g.signal(unix.SIGKILL)
 	_ = g.killCgroup() // startAndWait repeats it once the leader is dead, and reports
+	return <-done
+}
+
+// kill ends the run at once: SIGKILL to the group and to everything in the
+// call cgroup.
+func (g *group) kill(done <-chan exitInfo) exitInfo {
+	g.signal(unix.SIGKILL)
+	_ = g.killCgroup()
 	return <-done
 }
 

@@ -19,6 +19,12 @@ type Spec struct {
 	MaxOutputBytes int           // cap per stream
 	Limits         wire.Limits   // cpu_seconds, memory_bytes, fsize_bytes, nofile
 	Scope          wire.Scope    // enforced scope: grants and network posture
+
+	// StopAtOutputCap stops the run, as its timeout would, once stdout or
+	// stderr passes MaxOutputBytes (Result.OutputCapped), instead of
+	// keeping the first MaxOutputBytes and discarding the rest while the
+	// program runs on. code.run sets it: a run past its output cap fails.
+	StopAtOutputCap bool
 }
 
 // Result is how the run ended.
@@ -29,6 +35,9 @@ type Result struct {
 	StdoutTruncated bool
 	StderrTruncated bool
 	TimedOut        bool
+	// OutputCapped says the run was stopped because a stream passed
+	// MaxOutputBytes (Spec.StopAtOutputCap).
+	OutputCapped bool
 	// Canceled says the run was stopped because its context was done (the
 	// client went away or the gateway is shutting down), not by its timeout.
 	Canceled bool

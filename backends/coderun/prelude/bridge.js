@@ -93,4 +93,29 @@ export async function finish(mod) {
   c.close();
 }
 
+/**
+ * Builds the typed stubs: for each granted tool name ("fs.read") a function
+ * tools.fs.read(input) that is tools.call("fs.read", input). The gateway
+ * chose the names (the caller's granted tools, with safe segments only);
+ * the objects have no prototype and are frozen.
+ */
+export function install(names) {
+  const root = Object.create(null);
+  root.call = call;
+  for (const name of names) {
+    const path = name.split(".");
+    let node = root;
+    for (const seg of path.slice(0, -1)) {
+      node[seg] ??= Object.create(null);
+      node = node[seg];
+    }
+    node[path[path.length - 1]] = (input = {}) => call(name, input);
+  }
+  const freeze = (o) => {
+    for (const v of Object.values(o)) if (typeof v === "object") freeze(v);
+    return Object.freeze(o);
+  };
+  globalThis.tools = freeze(root);
+}
+
 globalThis.tools = Object.freeze({ call });
