@@ -224,7 +224,8 @@ func (e *Engine) compile(ctx context.Context, fsys fs.FS, source string, opts Lo
 	// package can be evaluated from the compiled bundle below.
 	compiler := ast.NewCompiler().
 		WithUseTypeCheckAnnotations(true).
-		WithDefaultRegoVersion(ast.RegoV1)
+		WithDefaultRegoVersion(ast.RegoV1).
+		WithCapabilities(Capabilities())
 	if opts.Schemas != nil {
 		compiler = compiler.WithSchemas(opts.Schemas)
 	}
@@ -236,6 +237,7 @@ func (e *Engine) compile(ctx context.Context, fsys fs.FS, source string, opts Lo
 		rego.StoreReadAST(true),
 		rego.ParsedBundle("policy", &b),
 		rego.SetRegoVersion(ast.RegoV1),
+		rego.Capabilities(Capabilities()),
 	).PrepareForEval(ctx)
 	if err != nil {
 		store.Abort(ctx, txn)
@@ -340,4 +342,34 @@ func decisionOf(v any) (wire.Decision, error) {
 		return wire.Decision{}, err
 	}
 	return parseDecision(x), nil
+}
+
+// DeniedBuiltins are the Rego built-ins a policy may not call. A decision
+// is a pure function of its input and the bundle's data: it runs for dry
+// runs and tool listings, which must leave no trace outside the gateway
+// (http.send and net.lookup_ip_addr would send packets an agent chooses),
+// and replays must reproduce it. opa.runtime would expose the gateway's
+// configuration and environment to rules that could echo it in reasons.
+var DeniedBuiltins = []string{"http.send", "net.lookup_ip_addr", "opa.runtime"}
+
+// Capabilities are OPA's capabilities for this version without
+// DeniedBuiltins: a bundle that calls one fails to compile, naming it.
+func Capabilities() *ast.Capabilities {
+	caps := ast.CapabilitiesForThisVersion()
+	kept := caps.Builtins[:0:0]
+	for _, b := range caps.Builtins {
+		denied := false
+		for _, d := range DeniedBuiltins {
+			if b.Name == d {
+				denied = true
+				break
+			}
+		}
+		if !denied {
+			kept = append(kept, b)
+		}
+	}
+	caps.Builtins = kept
+	caps.AllowNet = []string{} // and no host for any built-in that still could
+	return caps
 }

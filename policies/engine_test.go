@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -450,4 +452,45 @@ func TestConcurrentDecideDuringLoad(t *testing.T) {
 	if seen[0].Load() == 0 || seen[1].Load() == 0 {
 		t.Errorf("decisions per revision A=%d B=%d: want both seen", seen[0].Load(), seen[1].Load())
 	}
+}
+
+// TestDeniedBuiltinsRefused: a policy that would send packets (http.send,
+// net.lookup_ip_addr) or read the gateway's runtime (opa.runtime) does not
+// compile, in the decision or in its own tests, so a dry run or a listing
+// can never reach the network through the policy.
+func TestDeniedBuiltinsRefused(t *testing.T) {
+	t.Parallel()
+	hits := make(chan string, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits <- r.URL.Path
+		w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	cases := map[string]string{
+		"http.send":          `decision := {"allow": true} if { http.send({"method": "GET", "url": "` + srv.URL + `/decide"}) }`,
+		"net.lookup_ip_addr": `decision := {"allow": true} if { net.lookup_ip_addr("localhost") }`,
+		"opa.runtime":        `decision := {"allow": true, "reasons": [sprintf("%v", [opa.runtime()])]}`,
+		"http.send in tests": "decision := {\"allow\": false}\ntest_x if { http.send({\"method\": \"GET\", \"url\": \"" + srv.URL + "/test\"}) }",
+	}
+	for name, body := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := NewEngine(Options{Now: func() time.Time { return fixedNow }})
+			_, err := e.LoadWith(context.Background(), policyFS(body), name, LoadOptions{RunTests: true})
+			if err == nil {
+				t.Fatalf("Load succeeded; want a compile error naming the built-in")
+			}
+			builtin, _, _ := strings.Cut(name, " ")
+			if !strings.Contains(err.Error(), builtin) {
+				t.Errorf("error %q does not name %s", err, builtin)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		select {
+		case p := <-hits:
+			t.Errorf("a policy reached the network: %s", p)
+		default:
+		}
+	})
 }

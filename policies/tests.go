@@ -61,6 +61,7 @@ func runTests(ctx context.Context, b *bundle.Bundle, coverage bool) (TestReport,
 	var cov *cover.Cover
 	err := storage.Txn(ctx, store, storage.WriteParams, func(txn storage.Transaction) error {
 		runner := tester.NewRunner().
+			SetCompiler(ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1).WithCapabilities(Capabilities())).
 			SetStore(store).
 			SetBundles(map[string]*bundle.Bundle{"policy": b}).
 			SetTimeout(30 * time.Second)
