@@ -19,6 +19,12 @@ type Spec struct {
 	MaxOutputBytes int           // cap per stream
 	Limits         wire.Limits   // cpu_seconds, memory_bytes, fsize_bytes, nofile
 	Scope          wire.Scope    // enforced scope: grants and network posture
+	// PrivateDirs are directories the caller created for this run alone
+	// (a private HOME, code.run's run directory), never a policy grant. A
+	// runner that runs the program as another user than the gateway (the
+	// process backend under a root gateway) hands them to that user so
+	// the program can use them.
+	PrivateDirs []string
 }
 
 // Result is how the run ended.
