@@ -173,8 +173,11 @@ func newDeploymentWith(t *testing.T, st store, backend string) *deployment {
 	// must be traversable and the scratch grant writable by it, as an
 	// operator would set up the directories an agent works in. The
 	// config is written 0600 and the gateway makes data_dir 0700.
-	if err := os.Chmod(root, 0o711); err != nil {
-		t.Fatal(err)
+	// (t.TempDir's parent, the test's own temp dir, is 0700 too.)
+	for _, dir := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.Chmod(d.scratch, 0o777); err != nil {
 		t.Fatal(err)
