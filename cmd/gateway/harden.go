@@ -61,7 +61,7 @@ func privateDataDir(cfg config.Config, log *slog.Logger) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
-	st, err := os.Lstat(dir)
+	st, err := os.Stat(dir) // a symlinked data_dir is the operator's choice
 	if err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
