@@ -44,9 +44,11 @@ func clientIP(trusted []*net.IPNet) echo.IPExtractor {
 // "connection reset" instead of the 413 and its receipt id. So the answer is
 // flushed first and then the rest of the body is read and discarded, up to
 // drainLimit bytes and within http.read_timeout, after which net/http may
-// keep the connection. A client that asked for "Expect: 100-continue" and
-// got a final answer instead has not sent the body and will not: nothing is
-// drained for it.
+// keep the connection. Only for authenticated requests: an unknown client
+// gets net/http's own small discard and the connection closes, so nobody
+// without a key can hold a connection open by trickling a body. A client
+// that asked for "Expect: 100-continue" and got a final answer instead has
+// not sent the body and will not: nothing is drained for it.
 func (s *Server) drainBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
@@ -59,6 +61,9 @@ func (s *Server) drainBody(next echo.HandlerFunc) echo.HandlerFunc {
 			c.Error(err)
 		}
 		if body.eof || !c.Response().Committed || strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+			return nil
+		}
+		if _, ok := principalOf(c); !ok {
 			return nil
 		}
 		_ = http.NewResponseController(c.Response().Writer).Flush()
