@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -732,5 +733,46 @@ func TestSecKeysSigningKey(t *testing.T) {
 	}
 	if out, ok := runCLI(t, d, "doctor", "--config", d.configPath); ok || !strings.Contains(out, "evidence.signing_key") {
 		t.Errorf("doctor accepted a 0644 signing key:\n%s", out)
+	}
+}
+
+// TestSecProcessBackendCodeRun: code.run still works on the named process
+// backend under a root gateway, with Deno running as the unprivileged user:
+// it reads its program, writes its cache and HOME, makes a nested tool call
+// through the bridge, and writes in its rw grant; and it cannot read the
+// gateway's config even though Deno's own permissions are its only
+// filesystem confinement there.
+func TestSecProcessBackendCodeRun(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	deno := denoForTests(t)
+	d := newDeploymentWith(t, storeSQLite, "process")
+	d.env = append(d.env, "PORTCULLIS_TOOLS_DENO="+deno)
+	setTools(t, d, agentFull, "code.run", "Exec")
+	g := d.start(t)
+	out := filepath.Join(d.scratch, "from-deno.txt")
+	r := g.call(t, d.keys[agentFull], map[string]any{"tool": "code.run", "input": map[string]any{"code": `
+Deno.writeTextFileSync("` + out + `", "written by deno");
+const id = await tools.call("Exec", {argv: ["/usr/bin/id", "-u"]});
+export const result = {uid: id.data.stdout.trim()};`}})
+	if !r.Output.Success || r.Output.Metadata["backend"] != "process" {
+		t.Fatalf("code.run on the process backend: %s", r.response)
+	}
+	var cd codeData
+	if err := json.Unmarshal(r.Output.Data, &cd); err != nil {
+		t.Fatal(err)
+	}
+	if string(cd.Result) != `{"uid":"65534"}` {
+		t.Errorf("result %s, want the nested Exec to run as 65534", cd.Result)
+	}
+	if b, err := os.ReadFile(out); err != nil || string(b) != "written by deno" {
+		t.Errorf("write in the grant: %q %v", b, err)
+	}
+	fi, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == 0 {
+		t.Error("Deno's file is root's: Deno did not run as the sandbox user")
 	}
 }
