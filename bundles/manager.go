@@ -77,6 +77,9 @@ type Options struct {
 	PollInterval time.Duration
 	// MaxBackoff bounds the retry delay after failures (default 5 min).
 	MaxBackoff time.Duration
+	// StartRetry is the first delay before retrying a start that left no
+	// policy live (default 1 s); see Run.
+	StartRetry time.Duration
 	Logger     *slog.Logger
 	Metrics    *Metrics
 	Now        func() time.Time
@@ -245,7 +248,16 @@ func sameSigner(a, b policies.Info) bool {
 // fetch or a refused bundle it retries with exponential backoff and jitter
 // (up to MaxBackoff), so a flapping bundle service is not hammered by a
 // fleet of gateways in lockstep.
+//
+// While no policy is live yet (the bundle service was down or served a
+// refused bundle at start), Run first retries until one activates, polling
+// or not: from StartRetry, doubling, up to the poll interval or 30 s,
+// whichever is shorter, so a gateway that started before its bundle service
+// becomes ready soon after the service does.
 func (m *Manager) Run(ctx context.Context) {
+	if !m.untilLive(ctx) {
+		return
+	}
 	if m.opts.PollInterval <= 0 {
 		return
 	}
@@ -268,6 +280,30 @@ func (m *Manager) Run(ctx context.Context) {
 			failures = 0
 		}
 	}
+}
+
+// untilLive retries the start reload until a policy is live; false when ctx
+// ended first.
+func (m *Manager) untilLive(ctx context.Context) bool {
+	base, ceiling := m.opts.StartRetry, 30*time.Second
+	if p := m.opts.PollInterval; p > 0 && p < ceiling {
+		ceiling = p
+	}
+	if base <= 0 {
+		base = time.Second
+	}
+	base = min(base, ceiling)
+	for failures := 0; !m.opts.Engine.Ready(); failures++ {
+		t := time.NewTimer(jitter(backoff(base, ceiling, failures)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		_, _ = m.Reload(ctx, TriggerStart) // a refusal is logged and counted by Reload
+	}
+	return true
 }
 
 // backoff doubles base per failure, capped at max.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -163,4 +164,80 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) fl
 		}
 	}
 	return 0
+}
+
+// TestRunRetriesUntilLive: a bundle service that is down when the gateway
+// starts leaves no policy live; Run retries (with polling off, too) and
+// activates the bundle once the service answers, then stops retrying.
+func TestRunRetriesUntilLive(t *testing.T) {
+	t.Parallel()
+	good, err := Build(tinyBundle("true"), BuildOptions{Revision: "v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var up atomic.Bool
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		if !up.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write(good)
+	}))
+	defer srv.Close()
+	src, err := NewHTTPSource(srv.URL+"/b.tar.gz", HTTPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := policies.NewEngine(policies.Options{})
+	rec := &memRecorder{}
+	m := New(Options{Engine: eng, Source: src, Recorder: rec, StartRetry: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if _, err := m.Reload(context.Background(), TriggerStart); err == nil {
+		t.Fatal("start reload succeeded against a service that is down")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	time.Sleep(200 * time.Millisecond)
+	if eng.Ready() {
+		t.Fatal("a policy is live while the service is down")
+	}
+	if n := requests.Load(); n < 3 {
+		t.Errorf("%d fetches in 200ms, want retries", n)
+	}
+	up.Store(true)
+	select {
+	case <-done: // polling is off: Run returns once the policy is live
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the service came up")
+	}
+	if !eng.Ready() {
+		t.Fatal("no policy live after the service came up")
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.got) != 1 || rec.got[0].Trigger != TriggerStart || rec.got[0].Revision != "v1" {
+		t.Errorf("activations = %+v, want one start activation of v1", rec.got)
+	}
+}
+
+// TestRunStopsRetryingWithContext: the start retries end with ctx.
+func TestRunStopsRetryingWithContext(t *testing.T) {
+	t.Parallel()
+	src, err := NewHTTPSource("http://127.0.0.1:1/b.tar.gz", HTTPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(Options{Engine: policies.NewEngine(policies.Options{}), Source: src, StartRetry: 10 * time.Millisecond, PollInterval: time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run kept retrying after ctx ended")
+	}
 }

@@ -260,7 +260,7 @@ func (c *Checkpointer) load(ctx context.Context) error {
 // dir/checkpoint-<size> and dir/latest, each written to a temporary file,
 // synced and renamed, so a reader never sees half a checkpoint.
 func WriteCheckpointFile(dir string, cp Checkpoint) error {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil { // checkpoints are evidence: the gateway's alone
 		return fmt.Errorf("evidence: checkpoint dir: %w", err)
 	}
 	for _, name := range []string{"checkpoint-" + strconv.FormatInt(cp.Size, 10), "latest"} {

@@ -43,6 +43,9 @@ func (s *Server) dryRun(c echo.Context) error {
 	}
 	dec, err := s.decide(ctx, p, tool.Name(), wire.PurposeDryRun, call.Args(), call.Resolved(), req)
 	if err != nil {
+		if we, ok := err.(*wire.Error); ok { // no policy active yet (edge.go)
+			return we
+		}
 		s.log.ErrorContext(ctx, "policy evaluation failed", "err", err)
 		return wire.Errorf(wire.CodeInternal, "policy evaluation failed")
 	}
@@ -72,6 +75,9 @@ func (s *Server) listTools(c echo.Context) error {
 	p, _ := principalOf(c)
 	tools, err := s.visibleTools(c.Request().Context(), p)
 	if err != nil {
+		if we, ok := err.(*wire.Error); ok { // no policy active yet (edge.go)
+			return we
+		}
 		return wire.Errorf(wire.CodeInternal, "policy evaluation failed")
 	}
 	return c.JSON(http.StatusOK, wire.ToolList{Tools: tools})

@@ -109,6 +109,10 @@ func (s *Server) governedCall(ctx context.Context, p wire.Principal, body []byte
 	dec, err := s.decide(ctx, p, tool.Name(), wire.PurposeCall, call.Args(), call.Resolved(), rec.req)
 	rec.decision = dec
 	if err != nil {
+		var we *wire.Error
+		if errors.As(err, &we) { // no policy active yet: backend_unavailable (edge.go)
+			return s.refuse(ctx, rec, wire.DecisionDeny, we)
+		}
 		s.log.ErrorContext(ctx, "policy evaluation failed; denying", "err", err, "receipt_id", rec.id)
 		rec.decision.Reasons = append(rec.decision.Reasons, "policy evaluation failed")
 		return s.refuse(ctx, rec, wire.DecisionDeny, wire.Errorf(wire.CodeInternal, "policy evaluation failed; the call was denied"))

@@ -10,6 +10,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
 	"sort"
 	"time"
@@ -84,6 +85,10 @@ type Options struct {
 	// nil (checkpoints off: no signing key) answers them with 503
 	// evidence_unavailable (see routes_evidence.go).
 	Auditor EvidenceAuditor
+	// TrustedProxies are the peers whose X-Forwarded-For is believed when
+	// naming a request's client in logs and spans; empty: the TCP peer,
+	// always (see clientIP).
+	TrustedProxies []*net.IPNet
 	// MCPAllowedOrigins lists the browser origins (scheme://host[:port])
 	// that may call /mcp. Requests carrying any other Origin header are
 	// refused, which defeats DNS rebinding; clients that send no Origin
@@ -124,6 +129,9 @@ func New(opts Options) *Server {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
+	if opts.Policy != nil {
+		opts.Policy = gatedDecider{opts.Policy}
+	}
 	s := &Server{
 		opts:    opts,
 		log:     opts.Logger,
@@ -141,7 +149,9 @@ func New(opts Options) *Server {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.errorHandler
+	e.IPExtractor = clientIP(opts.TrustedProxies)
 	e.Use(s.recoverer)
+	e.Use(s.drainBody)
 	e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{
 		Generator: func() string { return uuid.NewString() },
 	}))
@@ -295,15 +305,25 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 			c.Error(err)
 		}
 		p, _ := principalOf(c)
-		s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, "request",
+		attrs := []slog.Attr{
 			slog.String("method", c.Request().Method),
 			slog.String("route", c.Path()),
 			slog.Int("status", c.Response().Status),
 			slog.Duration("duration", time.Since(start)),
 			slog.String("principal", p.ID),
 			slog.String("request_id", requestID(c)),
+			// The client as clientIP decides (trusted_proxies), never a
+			// header from an untrusted peer. Receipts carry no client
+			// address; they carry trace_id, logged here to join the two.
 			slog.String("remote", c.RealIP()),
-		)
+		}
+		if sc := trace.SpanContextFromContext(c.Request().Context()); sc.HasTraceID() {
+			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+		}
+		if peer, _, err := net.SplitHostPort(c.Request().RemoteAddr); err == nil && peer != c.RealIP() {
+			attrs = append(attrs, slog.String("peer", peer))
+		}
+		s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, "request", attrs...)
 		return nil
 	}
 }

@@ -9,8 +9,10 @@
 #   * PostgreSQL: uses 127.0.0.1:5432 when reachable, otherwise a throwaway
 #     cluster on a free port (exports PORTCULLIS_TEST_DATABASE_URL), removed
 #     on exit.
-# Then: gofmt check, go vet, go test (-race for unit packages, the end-to-end
-# suite in tests/ without -race), and a short fuzz run of every Fuzz* target.
+# Then: gofmt check, go vet (for Linux and, cross-checked, macOS: the seatbelt
+# backend and the darwin build), staticcheck, go test (-race for unit
+# packages, the end-to-end suite in tests/ without -race), and a short fuzz
+# run of every Fuzz* target.
 #
 # Knobs (environment):
 #   PORTCULLIS_REQUIRE_POSTGRES=1  fail instead of skipping Postgres tests
@@ -421,6 +423,7 @@ log "PORTCULLIS_CHROMIUM=${PORTCULLIS_CHROMIUM:-<none>}"
 if [[ $FAILED -eq 0 ]]; then
 	step "gofmt" check_gofmt
 	step "go vet ./..." go vet ./...
+	step "GOOS=darwin go vet ./..." env GOOS=darwin go vet ./...
 	step "staticcheck ./..." run_staticcheck
 	step "go test (unit$([[ $RACE == 1 ]] && echo ', -race'))" run_unit_tests
 	step "go test ./tests (end-to-end)" run_e2e_tests

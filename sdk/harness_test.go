@@ -114,7 +114,7 @@ func startGateway(t *testing.T) *gw {
 		}
 	}
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = dieWithParent()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -168,6 +168,20 @@ func newDeploymentWith(t *testing.T, st store, backend string) *deployment {
 			t.Fatal(err)
 		}
 	}
+	// On the process backend under a root gateway, programs run as an
+	// unprivileged user (sandbox.run_as, 65534): the deployment's root
+	// must be traversable and the scratch grant writable by it, as an
+	// operator would set up the directories an agent works in. The
+	// config is written 0600 and the gateway makes data_dir 0700.
+	// (t.TempDir's parent, the test's own temp dir, is 0700 too.)
+	for _, dir := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(d.scratch, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	if st == storePostgres {
 		d.dbURL = newPostgresDB(t)
 	}
@@ -219,6 +233,8 @@ func newDeploymentWith(t *testing.T, st store, backend string) *deployment {
 	fmt.Fprintf(&cfg, "instance_id: %s\n", q(d.instanceID))
 	fmt.Fprintf(&cfg, "policy:\n  bundle: %s\n", q(d.bundleDir))
 	// Other suites (sandbox_test.go) patch this exact text to switch backends.
+	// Named explicitly: auto never means the process backend (it refuses
+	// Exec and code.run when no OS sandbox works).
 	fmt.Fprintf(&cfg, "sandbox:\n  backend: %s\n", backend)
 	if backend != "process" {
 		fmt.Fprintf(&cfg, "  require: true\n")
@@ -230,7 +246,9 @@ func newDeploymentWith(t *testing.T, st store, backend string) *deployment {
 		fmt.Fprintf(&cfg, "  - id: %s\n    roles: [%s]\n    attributes: {team: e2e}\n    api_key_sha256: %s\n",
 			q(p.id), strings.Join(p.roles, ", "), q(sha256Hex(key)))
 	}
-	writeFile(t, d.configPath, []byte(cfg.String()))
+	if err := os.WriteFile(d.configPath, []byte(cfg.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	d.env = gatewayEnv(
 		"ANTHROPIC_API_KEY="+d.secret,
@@ -360,6 +378,10 @@ type startOptions struct {
 	env  []string // replaces the deployment's environment
 	// onStdoutLine sees each stdout line (for --dev key parsing).
 	onStdoutLine func(string)
+	// wrap, when set, runs the gateway through it: wrap[0] with
+	// wrap[1:], the gateway binary and args as its arguments (e.g. a
+	// private mount namespace that hides bubblewrap).
+	wrap []string
 }
 
 var listenRe = regexp.MustCompile(`^127\.0\.0\.1:\d+$`)
@@ -391,6 +413,9 @@ func tryStartProcess(t *testing.T, d *deployment, o startOptions) (*gateway, err
 	}
 	g := &gateway{dep: d, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	g.cmd = exec.Command(gatewayBin, args...)
+	if len(o.wrap) > 0 {
+		g.cmd = exec.Command(o.wrap[0], append(append(o.wrap[1:len(o.wrap):len(o.wrap)], gatewayBin), args...)...)
+	}
 	g.cmd.Dir = o.dir
 	if g.cmd.Dir == "" && d != nil {
 		g.cmd.Dir = d.dir
@@ -400,7 +425,7 @@ func tryStartProcess(t *testing.T, d *deployment, o startOptions) (*gateway, err
 		g.cmd.Env = d.env
 	}
 	// The gateway must not outlive the test binary.
-	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	g.cmd.SysProcAttr = dieWithParent()
 	errPipe, err := g.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -287,6 +287,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 		StopAtOutputCap: true,
 		Limits:          scope.Limits,
 		Scope:           scope,
+		PrivateDirs:     []string{dir}, // home, Deno's cache, the program, the bridge fifos
 	}
 	spec.Limits.MemoryBytes = DenoAddressSpace
 	// The sandbox also needs Deno itself (read-only) and the run directory

@@ -361,6 +361,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 		MaxOutputBytes: scope.Limits.MaxOutputBytes,
 		Limits:         scope.Limits,
 		Scope:          scope,
+		PrivateDirs:    []string{home},
 	}
 	res, err := t.runner.Run(ctx, spec)
 	if err != nil {

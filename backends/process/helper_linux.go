@@ -1,6 +1,7 @@
 package process
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,36 +17,43 @@ import (
 
 // The helper protocol. The runner re-executes the gateway binary as
 //
-//	<helper> __portcullis-exec-helper v2 <procs> <cpu> <fsize> <nofile> <as> -- <argv0> <args...>
+//	<helper> __portcullis-exec-helper v3 <procs> <user> <cpu> <fsize> <nofile> <as> -- <argv0> <args...>
 //
 // with the child's complete environment and the status pipe as fd 3. procs
 // is "-" (no call cgroup) or the absolute, clean path of a call cgroup's
 // cgroup.procs, which must be on a cgroup filesystem; the helper writes "0"
 // to it, moving itself into the call cgroup, before anything else, so the
-// target and all it forks are born inside (v1 had no such argument; the
-// version token changed so that a mismatched helper refuses instead of
-// reading the path as a limit). Each limit is "-" (leave as inherited) or
-// "SOFT:HARD" in decimal. The helper joins the cgroup, sets
-// the limits, verifies them, marks fd 3 close-on-exec and execs argv0 directly
-// (no PATH lookup, no shell) with its own environment, which is exactly
-// Spec.Env: the protocol lives only in argv, so nothing leaks into the target's
-// environment. On any failure it writes one line to fd 3 and stderr and exits
-// with HelperExitCode, so the runner never runs a program unlimited. Just
-// before exec it writes "ready\n" to fd 3: a status pipe that closes with
-// nothing but that line is the only outcome the runner treats as started, so
-// a HelperPath that is not a helper, or a helper that died early, fails closed.
+// target and all it forks are born inside. user is "-" (keep the runner's
+// user) or "UID:GID" in decimal: the helper, started as root, then drops to
+// that user for good (no supplementary groups, real, effective and saved
+// ids all changed, no_new_privs set so no set-uid program can climb back),
+// after the cgroup join (which needs root) and before the limits and the
+// exec. Each limit is "-" (leave as inherited) or "SOFT:HARD" in decimal.
+// The helper sets the limits, verifies them, marks fd 3 close-on-exec and
+// execs argv0 directly (no PATH lookup, no shell) with its own environment,
+// which is exactly Spec.Env: the protocol lives only in argv, so nothing
+// leaks into the target's environment. On any failure it writes one line to
+// fd 3 and stderr and exits with HelperExitCode, so the runner never runs a
+// program unlimited or as the wrong user. Just before exec it writes
+// "ready\n" to fd 3: a status pipe that closes with nothing but that line is
+// the only outcome the runner treats as started, so a HelperPath that is not
+// a helper, or a helper that died early, fails closed. (v1 had no procs, v2
+// no user: the version token changes with the layout so that a mismatched
+// helper refuses instead of reading one argument as another.)
 const (
 	helperArg     = "__portcullis-exec-helper"
-	helperVersion = "v2"
+	helperVersion = "v3"
 	helperSep     = "--"
 	statusFD      = 3
 	statusReady   = "ready\n"
-	// nLimits is the number of limits, which follow the procs argument.
+	// nLimits is the number of limits, which follow the user argument.
 	nLimits = 4
 	// procsBase is the only file name the helper accepts as procs.
 	procsBase = "cgroup.procs"
-	// limitsAt is the position of the first limit after the version.
-	limitsAt = 2
+	// procsAt, userAt and limitsAt are positions after the version.
+	procsAt  = 1
+	userAt   = 2
+	limitsAt = 3
 )
 
 // HelperExitCode is the exit status of a helper that refused to start the
@@ -102,11 +110,43 @@ func parseRlimitArg(s string) (rlimitArg, error) {
 	return rlimitArg{set: true, soft: soft, max: hard}, nil
 }
 
+// userArg renders the helper's user argument.
+func userArg(c *Credential) string {
+	if c == nil {
+		return "-"
+	}
+	return strconv.FormatUint(uint64(c.UID), 10) + ":" + strconv.FormatUint(uint64(c.GID), 10)
+}
+
+// parseUserArg reads the helper's user argument; nil means "-".
+func parseUserArg(s string) (*Credential, error) {
+	if s == "-" {
+		return nil, nil
+	}
+	us, gs, ok := strings.Cut(s, ":")
+	if !ok {
+		return nil, fmt.Errorf("user %q: want \"-\" or UID:GID", s)
+	}
+	u, err := strconv.ParseUint(us, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("user %q: uid: %w", s, err)
+	}
+	g, err := strconv.ParseUint(gs, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("user %q: gid: %w", s, err)
+	}
+	if u == 0 || g == 0 {
+		return nil, fmt.Errorf("user %q: switching to root is not dropping privileges", s)
+	}
+	return &Credential{UID: uint32(u), GID: uint32(g)}, nil
+}
+
 // helperArgs builds the helper's argv (without the helper path itself);
-// procs is a call cgroup's cgroup.procs or "-".
-func helperArgs(procs string, limits [nLimits]rlimitArg, argv []string) []string {
-	args := make([]string, 0, 5+nLimits+len(argv))
-	args = append(args, "portcullis-exec-helper", helperArg, helperVersion, procs)
+// procs is a call cgroup's cgroup.procs or "-", user nil or the user to
+// drop to.
+func helperArgs(procs string, user *Credential, limits [nLimits]rlimitArg, argv []string) []string {
+	args := make([]string, 0, 6+nLimits+len(argv))
+	args = append(args, "portcullis-exec-helper", helperArg, helperVersion, procs, userArg(user))
 	for _, l := range limits {
 		args = append(args, l.String())
 	}
@@ -129,6 +169,9 @@ func MaybeRunHelper() {
 // runHelper applies the limits and execs the target; it returns only on
 // failure, with the exit code to use.
 func runHelper(args []string) int {
+	// The runner's thread is the parent PDEATHSIG watches; remember it
+	// before anything can make it go away unnoticed.
+	ppid := os.Getppid()
 	status := statusWriter()
 	fail := func(format string, a ...any) int {
 		msg := "portcullis-exec-helper: " + fmt.Sprintf(format, a...) + "\n"
@@ -142,7 +185,7 @@ func runHelper(args []string) int {
 		return fail("status fd %d is not open: refusing to run outside the process runner", statusFD)
 	}
 	if len(args) < limitsAt+nLimits+2 {
-		return fail("want %s PROCS|- SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+		return fail("want %s PROCS|- UID:GID|- SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
 	}
 	if args[0] != helperVersion {
 		return fail("protocol version %q, want %q", args[0], helperVersion)
@@ -150,9 +193,13 @@ func runHelper(args []string) int {
 	if args[limitsAt+nLimits] != helperSep {
 		return fail("argument %d is %q, want %q", limitsAt+nLimits, args[limitsAt+nLimits], helperSep)
 	}
-	procs := args[1]
+	procs := args[procsAt]
 	if procs != "-" && (!filepath.IsAbs(procs) || filepath.Clean(procs) != procs || filepath.Base(procs) != procsBase) {
 		return fail("cgroup: %q is not \"-\" or a clean absolute path to %s", procs, procsBase)
+	}
+	user, err := parseUserArg(args[userAt])
+	if err != nil {
+		return fail("%v", err)
 	}
 	var limits [nLimits]rlimitArg
 	for i := range nLimits {
@@ -173,6 +220,22 @@ func runHelper(args []string) int {
 	if procs != "-" {
 		if err := joinCgroup(procs); err != nil {
 			return fail("cgroup: joining %s: %v", procs, err)
+		}
+	}
+	// Then the user: after the join (root's to make), before the limits
+	// (which an unprivileged user may still lower) and the exec. The
+	// thread that drops is the one that execs: PR_SET_PDEATHSIG is per
+	// thread, and the kernel clears it when the credentials change.
+	runtime.LockOSThread()
+	if user != nil {
+		if err := dropTo(*user); err != nil {
+			return fail("dropping to uid %d gid %d: %v", user.UID, user.GID, err)
+		}
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+			return fail("re-arming the parent-death signal: %v", err)
+		}
+		if os.Getppid() != ppid {
+			return fail("the runner exited while the helper was starting")
 		}
 	}
 	// Everything exec needs is built now: once RLIMIT_AS is in place the
@@ -238,6 +301,39 @@ func runHelper(args []string) int {
 	_, _ = unix.Write(statusFD, execFailed)
 	_, _ = unix.Write(2, execFailed)
 	return HelperExitCode
+}
+
+// dropTo makes this process c for good: supplementary groups cleared, real,
+// effective and saved gid then uid set (the syscall package applies each to
+// every thread), no_new_privs so that no set-uid or file-capability program
+// can give the target root back, and then a check that all of it holds and
+// that root cannot be regained.
+func dropTo(c Credential) error {
+	if err := syscall.Setgroups([]int{}); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setresgid(int(c.GID), int(c.GID), int(c.GID)); err != nil {
+		return fmt.Errorf("setresgid: %w", err)
+	}
+	if err := syscall.Setresuid(int(c.UID), int(c.UID), int(c.UID)); err != nil {
+		return fmt.Errorf("setresuid: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	ru, eu, su := unix.Getresuid()
+	rg, eg, sg := unix.Getresgid()
+	want := [6]int{int(c.UID), int(c.UID), int(c.UID), int(c.GID), int(c.GID), int(c.GID)}
+	if got := [6]int{ru, eu, su, rg, eg, sg}; got != want {
+		return fmt.Errorf("ids are %v after the switch, want %v", got, want)
+	}
+	if groups, err := syscall.Getgroups(); err != nil || len(groups) != 0 {
+		return fmt.Errorf("supplementary groups %v (%v) after the switch, want none", groups, err)
+	}
+	if err := syscall.Setresuid(0, 0, 0); err == nil {
+		return errors.New("root could be regained after the switch")
+	}
+	return nil
 }
 
 // joinCgroup moves this process (all its threads) into the cgroup whose

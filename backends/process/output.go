@@ -78,3 +78,12 @@ func dropPartialRune(b []byte) []byte {
 	}
 	return b
 }
+
+// Text turns captured output into what a Result carries: valid UTF-8 with
+// every invalid byte replaced, at most max bytes, cut on a rune boundary.
+// truncated says b is a prefix of a longer stream; the second result says
+// whether anything was lost. For runners that capture output themselves
+// (seatbelt on macOS), so that every backend reports output the same way.
+func Text(b []byte, max int, truncated bool) (string, bool) {
+	return toUTF8(b, max, truncated)
+}

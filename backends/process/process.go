@@ -60,6 +60,15 @@ type Options struct {
 	// HelperPath is the binary re-executed as the rlimit helper; it must
 	// call MaybeRunHelper first thing in main. Default: /proc/self/exe.
 	HelperPath string
+	// User, when set, is who the program runs as: the helper, started as
+	// root, joins the call cgroup and then drops to it for good (no
+	// supplementary groups, no_new_privs) before it sets the limits and
+	// execs. The gateway sets it when it runs as root, so that programs on
+	// this backend cannot read its config, keys, evidence or memory, nor
+	// signal it. Needs root (CAP_SETUID, CAP_SETGID). The runner also
+	// hands the run's private directories (Spec.PrivateDirs and its own
+	// working directory) to this user. Nil: programs run as the gateway.
+	User *Credential
 	// PidsMax caps the tasks (processes and threads) of one run through its
 	// pids cgroup. It must leave room for the helper's own Go threads,
 	// which are in the cgroup until the exec. Default 1024; negative: no
@@ -67,10 +76,16 @@ type Options struct {
 	PidsMax int
 }
 
+// Credential is a numeric user and group, never root.
+type Credential struct {
+	UID, GID uint32
+}
+
 // Runner executes specs as plain processes. It is safe for concurrent use.
 type Runner struct {
 	log    *slog.Logger
 	helper string
+	user   *Credential
 	// noClamp makes the runner pass limits as given instead of clamping
 	// them to the inherited hard limits; tests use it to provoke a helper
 	// refusal.
@@ -86,7 +101,7 @@ type Runner struct {
 
 // New returns a Runner.
 func New(opts Options) *Runner {
-	r := &Runner{log: opts.Logger, helper: opts.HelperPath, pidsMax: opts.PidsMax}
+	r := &Runner{log: opts.Logger, helper: opts.HelperPath, pidsMax: opts.PidsMax, user: opts.User}
 	if r.pidsMax == 0 {
 		r.pidsMax = DefaultPidsMax
 	}

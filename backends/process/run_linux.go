@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -83,6 +84,10 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 		}
 	}
 
+	user := r.user
+	if l.Direct {
+		user = nil // the launcher (bwrap) chooses the sandbox's user itself
+	}
 	dir := spec.Dir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "portcullis-exec-")
@@ -95,6 +100,18 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 			}
 		}()
 		dir = tmp
+		if user != nil {
+			if err := os.Lchown(tmp, int(user.UID), int(user.GID)); err != nil {
+				return sandbox.Result{}, fmt.Errorf("process: private working directory: %w", err)
+			}
+		}
+	}
+	if user != nil {
+		for _, d := range spec.PrivateDirs {
+			if err := giveTree(d, *user); err != nil {
+				return sandbox.Result{}, fmt.Errorf("process: handing %s to uid %d: %w", d, user.UID, err)
+			}
+		}
 	}
 
 	var pipes pipeSet
@@ -114,7 +131,7 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 
 	env := make([]string, 0, len(spec.Env)) // never nil: nil would inherit the gateway's environment
 	env = append(env, spec.Env...)
-	path, args := r.helper, helperArgs(procs, limits, target)
+	path, args := r.helper, helperArgs(procs, user, limits, target)
 	files := append([]*os.File{statW}, l.ExtraFiles...)
 	if l.Direct {
 		path, args, files = target[0], target, l.ExtraFiles
@@ -222,6 +239,21 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 	res.Stdout, res.StdoutTruncated = stdout.text()
 	res.Stderr, res.StderrTruncated = stderr.text()
 	return res, nil
+}
+
+// giveTree chowns dir and everything below it to c without following
+// symlinks. Only for a run's private directories: the caller made them for
+// this run, 0700, so nothing in them was planted by anyone else.
+func giveTree(dir string, c Credential) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("private directory %q is not absolute", dir)
+	}
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(c.UID), int(c.GID))
+	})
 }
 
 // checkSpec refuses specs a caller should never build.

@@ -441,7 +441,7 @@ func TestHelperProtocolRefusals(t *testing.T) {
 	if err := os.WriteFile(notCgroupfs, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	good := []string{helperArg, helperVersion, "-", "-", "-", "-", "-", helperSep, "/bin/touch", proof}
+	good := []string{helperArg, helperVersion, "-", "-", "-", "-", "-", "-", helperSep, "/bin/touch", proof}
 	tests := []struct {
 		name     string
 		args     []string
@@ -450,20 +450,25 @@ func TestHelperProtocolRefusals(t *testing.T) {
 	}{
 		{name: "no status fd", args: good, noStatus: true, want: "status fd"},
 		{name: "bad version", args: replace(good, 1, "v9"), want: "protocol version"},
-		{name: "previous version", args: replace(good, 1, "v1"), want: "protocol version"},
-		{name: "missing separator", args: replace(good, 7, "x"), want: `want "--"`},
-		{name: "v1 layout", args: slices.Delete(replace(good, 1, "v1"), 2, 3), want: "protocol version"},
-		{name: "garbage limit", args: replace(good, 3, "lots"), want: "RLIMIT_CPU"},
-		{name: "negative limit", args: replace(good, 6, "-1:-1"), want: "RLIMIT_AS"},
-		{name: "soft above hard", args: replace(good, 4, "9:8"), want: "soft above hard"},
-		{name: "relative target", args: replace(good, 8, "touch"), want: "not an absolute path"},
-		{name: "too few arguments", args: good[:8], want: "arguments"},
-		{name: "exec failure", args: replace(good, 8, "/nonexistent/prog"), want: "exec /nonexistent/prog"},
+		{name: "previous version", args: replace(good, 1, "v2"), want: "protocol version"},
+		{name: "first version", args: replace(good, 1, "v1"), want: "protocol version"},
+		{name: "missing separator", args: replace(good, 8, "x"), want: `want "--"`},
+		{name: "v2 layout", args: slices.Delete(replace(good, 1, "v2"), 3, 4), want: "protocol version"},
+		{name: "garbage limit", args: replace(good, 4, "lots"), want: "RLIMIT_CPU"},
+		{name: "negative limit", args: replace(good, 7, "-1:-1"), want: "RLIMIT_AS"},
+		{name: "soft above hard", args: replace(good, 5, "9:8"), want: "soft above hard"},
+		{name: "relative target", args: replace(good, 9, "touch"), want: "not an absolute path"},
+		{name: "too few arguments", args: good[:9], want: "arguments"},
+		{name: "exec failure", args: replace(good, 9, "/nonexistent/prog"), want: "exec /nonexistent/prog"},
 		{name: "relative cgroup procs", args: replace(good, 2, procsBase), want: "cgroup"},
 		{name: "cgroup file not procs", args: replace(good, 2, "/sys/fs/cgroup/pids/tasks"), want: "cgroup"},
 		{name: "unclean cgroup procs", args: replace(good, 2, "/sys/fs/cgroup/pids/x/../cgroup.procs"), want: "cgroup"},
 		{name: "missing cgroup", args: replace(good, 2, "/sys/fs/cgroup/pids/portcullis-nonexistent/cgroup.procs"), want: "cgroup: joining"},
 		{name: "procs not on a cgroup filesystem", args: replace(good, 2, notCgroupfs), want: "not on a cgroup filesystem"},
+		{name: "user not numeric", args: replace(good, 3, "nobody"), want: "UID:GID"},
+		{name: "user to root", args: replace(good, 3, "0:0"), want: "not dropping privileges"},
+		{name: "user root group", args: replace(good, 3, "65534:0"), want: "not dropping privileges"},
+		{name: "user bad gid", args: replace(good, 3, "65534:x"), want: "gid"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -25,6 +25,13 @@ type Spec struct {
 	// keeping the first MaxOutputBytes and discarding the rest while the
 	// program runs on. code.run sets it: a run past its output cap fails.
 	StopAtOutputCap bool
+
+	// PrivateDirs are directories the caller created for this run alone
+	// (a private HOME, code.run's run directory), never a policy grant. A
+	// runner that runs the program as another user than the gateway (the
+	// process backend under a root gateway) hands them to that user so
+	// the program can use them.
+	PrivateDirs []string
 }
 
 // Result is how the run ended.

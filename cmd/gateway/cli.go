@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,8 +14,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
+
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/portcullis/portcullis/backends/bwrap"
 	"github.com/portcullis/portcullis/evidence/postgres"
@@ -73,11 +78,26 @@ func cmdMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 	return err
 }
 
+// sqlitePath is the embedded store's file under data_dir, created empty
+// with mode 0600 when missing so that SQLite, which gives its -wal, -shm
+// and journal files the database file's mode, never makes any of them
+// readable by others.
 func sqlitePath(cfg config.Config) (string, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return "", fmt.Errorf("data_dir: %w", err)
 	}
-	return cfg.DataDir + "/evidence.db", nil
+	path := filepath.Join(cfg.DataDir, "evidence.db")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	switch {
+	case err == nil:
+		err = f.Close()
+	case errors.Is(err, os.ErrExist):
+		err = nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("data_dir: creating the embedded store: %w", err)
+	}
+	return path, nil
 }
 
 // cmdDoctor checks each part the gateway needs and says what is wrong.
@@ -122,7 +142,7 @@ func cmdDoctor(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	// The policy is checked exactly as serve activates it: any source kind,
 	// signature, schemas and the bundle's own tests.
-	ps, err := openPolicy(ctx, cfg, slog.New(slog.DiscardHandler), describedTools(), nil)
+	ps, err := openPolicy(ctx, cfg, slog.New(slog.DiscardHandler), describedTools(), nil, false)
 	detail := ""
 	if err == nil {
 		info, _ := ps.engine.Info()
@@ -130,21 +150,27 @@ func cmdDoctor(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	report(err == nil, "policy", errText(err, detail))
 
-	br := bwrap.New(bwrap.Options{}).Report(ctx)
-	rb, _ := json.MarshalIndent(br, "       ", "  ")
-	fmt.Fprintf(stdout, "[info] %-22s %s\n", "sandbox (bwrap)", rb)
-	if cfg.Sandbox.Backend == "process" {
-		fmt.Fprintf(stdout, "[info] %-22s process (sandbox.backend: process): rlimits only, no filesystem or network confinement\n", "exec backend")
-		if cfg.Sandbox.Require {
-			report(false, "sandbox", "sandbox.require is set with backend process: every Exec will be refused")
+	if runtime.GOOS == "linux" {
+		br := bwrap.New(bwrap.Options{}).Report(ctx)
+		rb, _ := json.MarshalIndent(br, "       ", "  ")
+		fmt.Fprintf(stdout, "[info] %-22s %s\n", "sandbox (bwrap)", rb)
+	}
+	// The same choice serve makes, with the same probe.
+	runner, rerr := chooseRunner(ctx, cfg, slog.New(slog.DiscardHandler))
+	switch {
+	case rerr != nil:
+		report(false, "sandbox", rerr.Error()+" (serve refuses to start)")
+	case refusal(runner) != "":
+		fmt.Fprintf(stdout, "[warn] %-22s Exec and code.run will be refused (503 sandbox_unavailable): %s\n", "exec backend", refusal(runner))
+	case runner.Name() == "process":
+		who := "this gateway's own user: programs can read every file it can"
+		if os.Geteuid() == 0 {
+			uid, gid, _, _ := cfg.Sandbox.RunAsIDs()
+			who = fmt.Sprintf("uid %d gid %d (sandbox.run_as)", uid, gid)
 		}
-	} else if perr := bwrap.New(bwrap.Options{}).Probe(ctx); perr != nil {
-		fmt.Fprintf(stdout, "[info] %-22s bwrap unusable (%v): Exec falls back to the process backend unless sandbox.require\n", "exec backend", perr)
-		if cfg.Sandbox.Backend == "bwrap" || cfg.Sandbox.Require {
-			report(false, "sandbox", "sandbox.backend/require ask for bwrap but it does not work here")
-		}
-	} else {
-		fmt.Fprintf(stdout, "[info] %-22s bwrap\n", "exec backend")
+		fmt.Fprintf(stdout, "[warn] %-22s process (named in sandbox.backend): rlimits only, no filesystem or network confinement; programs run as %s\n", "exec backend", who)
+	default:
+		fmt.Fprintf(stdout, "[info] %-22s %s\n", "exec backend", runner.Name())
 	}
 	fmt.Fprintf(stdout, "[info] %-22s %s (require: %v)\n", "sandbox.backend", cfg.Sandbox.Backend, cfg.Sandbox.Require)
 	if v, err := denoVersion(ctx, denoPath(cfg)); err != nil {
@@ -165,9 +191,16 @@ func errText(err error, ok string) string {
 	return ok
 }
 
-func cmdKeys(args []string, stdin io.Reader, stdout io.Writer) error {
+const keysUsage = `usage:
+  gateway keys hash KEY|-
+  gateway keys signing-key -o FILE [--name NAME] [--force]`
+
+func cmdKeys(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "signing-key" {
+		return cmdKeysSigningKey(args[1:], stdout, stderr)
+	}
 	if len(args) != 2 || args[0] != "hash" {
-		return errors.New("usage: gateway keys hash KEY|-")
+		return errors.New(keysUsage)
 	}
 	key := args[1]
 	if key == "-" {
@@ -183,4 +216,84 @@ func cmdKeys(args []string, stdin io.Reader, stdout io.Writer) error {
 	sum := sha256.Sum256([]byte(key))
 	fmt.Fprintln(stdout, hex.EncodeToString(sum[:]))
 	return nil
+}
+
+// defaultSigningKeyName is the key name of `keys signing-key`: the origin
+// line of every checkpoint it signs.
+const defaultSigningKeyName = "portcullis/evidence"
+
+// cmdKeysSigningKey is `gateway keys signing-key -o FILE`: a new Ed25519
+// note key for evidence.signing_key, written with mode 0600 (never over an
+// existing file unless --force), and its verifier key on stdout, which is
+// what auditors pin (`evidence verify --key`).
+func cmdKeysSigningKey(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("keys signing-key", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("o", "", "file to write the signing key to (mode 0600)")
+	name := fs.String("name", defaultSigningKeyName, "key name: the origin line of the signed checkpoints")
+	force := fs.Bool("force", false, "replace FILE if it exists (checkpoints signed by the old key then need the old verifier key)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" || fs.NArg() != 0 {
+		return errors.New(keysUsage)
+	}
+	skey, vkey, err := note.GenerateKey(rand.Reader, *name)
+	if err != nil {
+		return fmt.Errorf("key name %q: %w", *name, err)
+	}
+	if err := writePrivateFile(*out, []byte(skey+"\n"), *force); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, vkey)
+	fmt.Fprintf(stderr, "wrote the signing key to %s (mode 0600); set evidence.signing_key to it. The verifier key above is what auditors pin: keep a copy where the gateway cannot write.\n", *out)
+	return nil
+}
+
+// writePrivateFile writes b to path with mode 0600. Without force an
+// existing path (a file, a symlink, anything) is refused; with force the
+// key is written beside it and renamed over it, so path is never a
+// half-written key nor, for a moment, another mode.
+func writePrivateFile(path string, b []byte, force bool) error {
+	if !force {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%s exists; not overwriting a signing key (use --force to replace it)", path)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(b); err != nil {
+			f.Close()
+			os.Remove(path)
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			os.Remove(path)
+			return err
+		}
+		return f.Close()
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".signing-key-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/portcullis/portcullis/backends/process"
+	"github.com/portcullis/portcullis/backends/seatbelt"
 )
 
 const usage = `usage: gateway <command> [flags]
@@ -21,6 +22,8 @@ commands:
   migrate [--config FILE]                         apply evidence store migrations
   doctor [--config FILE]                          check store, migrations, sandbox and policy
   keys hash KEY|-                                 print the SHA-256 of an API key for the config
+  keys signing-key -o FILE [--name N] [--force]    create an evidence checkpoint signing key (mode 0600)
+                                                  and print its verifier key
   policy test [DIR|FILE] [--coverage] [--json]   run a bundle's Rego tests (with line coverage)
   policy eval --input FILE [--bundle B] [--explain]  evaluate a decision for an input document
   policy schema [TOOL]                            print the policy input JSON Schemas
@@ -44,6 +47,9 @@ func main() {
 	// The Exec process backend re-executes this binary to apply rlimits
 	// before the target program starts; that must happen before anything.
 	process.MaybeRunHelper()
+	// On macOS the seatbelt runner re-executes this binary to set a
+	// call's limits before sandbox-exec starts.
+	seatbelt.MaybeRunHelper()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
@@ -63,7 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "doctor":
 		err = cmdDoctor(ctx, args[1:], stdout)
 	case "keys":
-		err = cmdKeys(args[1:], os.Stdin, stdout)
+		err = cmdKeys(args[1:], os.Stdin, stdout, stderr)
 	case "policy":
 		err = cmdPolicy(ctx, args[1:], stdout)
 	case "bundle":

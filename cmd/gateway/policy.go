@@ -145,9 +145,14 @@ func toolSchemas(tools []backends.Tool) []policies.ToolSchema {
 	return out
 }
 
-// openPolicy loads the configured bundle through the lifecycle manager; the
-// gateway does not start without a policy that passed every check.
-func openPolicy(ctx context.Context, cfg config.Config, log *slog.Logger, tools []backends.Tool, rec bundles.Recorder) (*policyStack, error) {
+// openPolicy loads the configured bundle through the lifecycle manager. A
+// local bundle (directory, archive, shipped) that fails stops the caller: it
+// is a deployment error. A bundle service (http/https) that cannot give a
+// bundle that passes every check at start is, when waitRemote is set (serve),
+// not fatal: like OPA, the gateway starts with no policy, reports not-ready
+// on /readyz, refuses every call 503 backend_unavailable, and the manager's
+// Run retries with backoff until a bundle activates.
+func openPolicy(ctx context.Context, cfg config.Config, log *slog.Logger, tools []backends.Tool, rec bundles.Recorder, waitRemote bool) (*policyStack, error) {
 	src, err := bundles.NewSource(cfg.Policy.Bundle, bundles.HTTPOptions{BearerTokenFile: cfg.Policy.BearerTokenFile, Timeout: cfg.Policy.FetchTimeout.Std()})
 	if err != nil {
 		return nil, fmt.Errorf("config: policy.bundle: %w", err)
@@ -167,7 +172,11 @@ func openPolicy(ctx context.Context, cfg config.Config, log *slog.Logger, tools 
 		Logger: log, Metrics: ps.metrics, ArchiveDir: filepath.Join(cfg.DataDir, "bundles"),
 	})
 	if _, err := ps.manager.Reload(ctx, bundles.TriggerStart); err != nil {
-		return nil, fmt.Errorf("loading policy: %w", err)
+		if !ps.poll || !waitRemote {
+			return nil, fmt.Errorf("loading policy: %w", err)
+		}
+		log.Error("no policy active: the bundle service gave no bundle that passed every check; serving not-ready (503 backend_unavailable) and retrying with backoff until one activates",
+			"source", src.String(), "err", err)
 	}
 	return ps, nil
 }

@@ -24,13 +24,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/portcullis/portcullis/backends"
-	"github.com/portcullis/portcullis/backends/bwrap"
 	"github.com/portcullis/portcullis/backends/coderun"
 	"github.com/portcullis/portcullis/backends/exectool"
 	"github.com/portcullis/portcullis/backends/fstool"
 	"github.com/portcullis/portcullis/backends/httpget"
-	"github.com/portcullis/portcullis/backends/process"
-	"github.com/portcullis/portcullis/backends/sandbox"
 	"github.com/portcullis/portcullis/bundles"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/postgres"
@@ -60,11 +57,18 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	// Before any secret is read: nothing of this process (environment,
+	// memory, open files) is readable through /proc by another process of
+	// its user, such as a program on the process backend.
+	if err := nonDumpable(); err != nil {
+		return fmt.Errorf("making the gateway non-dumpable: %w", err)
+	}
 	cfg, devKeys, err := loadServeConfig(f)
 	if err != nil {
 		return err
 	}
 	log := newLogger(stderr, cfg.LogLevel)
+	configFileWarning(f.configPath, log)
 	if err := tuneGC(cfg.Runtime, os.Getenv, log); err != nil {
 		return err
 	}
@@ -85,6 +89,11 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer stopEvidence()
+	// Everything that reads the environment has (config, Deno path,
+	// tracing): the secrets in it go.
+	if names := scrubEnv(); len(names) > 0 {
+		log.Info("secret-shaped and PORTCULLIS_* variables removed from the gateway's environment after reading", "names", names)
+	}
 
 	if n, err := evidence.RecoverInterrupted(ctx, st.store, st.writer, st.instanceID); err != nil {
 		return fmt.Errorf("marking interrupted calls: %w", err)
@@ -101,11 +110,15 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	proxies, err := cfg.TrustedProxyNets()
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	srv := gateway.New(gateway.Options{
 		Keys: keys, Policy: st.decider(), Evidence: st.writer, Receipts: st.store, Tools: st.tools,
 		InstanceID: st.instanceID, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registry: reg,
 		OpenAPI: gateway.OpenAPIDocument, PolicyRevision: st.revision, MCPAllowedOrigins: cfg.MCP.AllowedOrigins,
-		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: auditor,
+		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: auditor, TrustedProxies: proxies,
 		// A call's write may queue behind one commit that times out.
 		EvidenceTimeout: 2*cfg.Evidence.CommitTimeout.Std() + time.Second,
 	})
@@ -130,10 +143,17 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if devKeys != nil {
-		printDevBanner(stdout, ln.Addr().String(), cfg, devKeys)
+		printDevBanner(stdout, ln.Addr().String(), cfg, st, devKeys)
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "instance_id", st.instanceID, "store", st.storeKind,
-		"policy_revision", st.revision(), "exec_backend", st.backend)
+	listening := []any{"addr", ln.Addr().String(), "instance_id", st.instanceID, "store", st.storeKind,
+		"policy_revision", st.revision(), "exec_backend", st.backend}
+	if st.refused != "" {
+		listening = append(listening, "exec_refused", st.refused)
+	}
+	if !st.engine.Ready() {
+		listening = append(listening, "policy", "none active yet: calls are refused 503 backend_unavailable until a bundle activates")
+	}
+	log.Info("listening", listening...)
 
 	go reloadOnHUP(ctx, st, log)
 	go st.policy.manager.Run(ctx)
@@ -215,15 +235,46 @@ func newAPIKey() (string, error) {
 	return "pcl_" + base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-func printDevBanner(w io.Writer, addr string, cfg config.Config, keys []devKey) {
-	fmt.Fprintf(w, "Portcullis dev mode: embedded store in %s, shipped policy.\n", cfg.DataDir)
+// printDevBanner says, on stdout and once, what --dev gave: the store, the
+// policy actually loaded (the shipped one, or the config's bundle), the
+// sandbox, what is refused and why, and the keys.
+func printDevBanner(w io.Writer, addr string, cfg config.Config, st *stack, keys []devKey) {
+	store := "embedded store in " + cfg.DataDir
+	if st.storeKind == "postgres" {
+		store = "PostgreSQL store"
+	}
+	fmt.Fprintf(w, "Portcullis dev mode: %s.\n", store)
+	fmt.Fprintf(w, "Policy: %s.\n", policyDescription(cfg, st))
+	if st.refused != "" {
+		fmt.Fprintf(w, "Exec and code.run: REFUSED (503 sandbox_unavailable): %s.\n", st.refused)
+		fmt.Fprintf(w, "Everything else (fs.*, http.get, evidence, policy) works.\n")
+	} else {
+		fmt.Fprintf(w, "Exec and code.run: sandbox backend %s.\n", st.backend)
+	}
 	fmt.Fprintf(w, "API keys (shown once, not stored):\n")
 	for _, k := range keys {
 		fmt.Fprintf(w, "  %-8s %-12s %s\n", k.role, k.id, k.key)
 	}
+	if st.refused != "" {
+		fmt.Fprintf(w, "\nTry:\n  curl -s -H 'Authorization: Bearer %s' http://%s/v1/tools\n\n", keys[0].key, addr)
+		return
+	}
 	fmt.Fprintf(w, "\nTry:\n  curl -s -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n"+
 		"    -d '{\"tool\":\"Exec\",\"input\":{\"argv\":[\"/usr/bin/uname\",\"--version\"]}}' http://%s/v1/tool-calls\n\n",
 		keys[0].key, addr)
+}
+
+// policyDescription names the policy serve loaded: the shipped library or
+// the configured bundle, with its revision, or that none is active yet.
+func policyDescription(cfg config.Config, st *stack) string {
+	src := "the shipped policy (compiled into the binary)"
+	if cfg.Policy.Bundle != config.ShippedBundle {
+		src = "bundle " + cfg.Policy.Bundle
+	}
+	if rev := st.revision(); rev != "" {
+		return src + ", revision " + rev
+	}
+	return src + ": NONE ACTIVE YET (every call is refused 503 backend_unavailable while the gateway retries)"
 }
 
 func principalKeys(ps []config.Principal) ([]gateway.Key, error) {
@@ -260,6 +311,7 @@ type stack struct {
 	policy     *policyStack
 	tools      []backends.Tool
 	backend    string
+	refused    string // why Exec and code.run are refused ("" when they run)
 	instanceID string
 }
 
@@ -292,10 +344,11 @@ func openStore(ctx context.Context, cfg config.Config) (evidence.Store, string, 
 		}
 		return st, "postgres", nil
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, "", fmt.Errorf("data_dir: %w", err)
+	path, err := sqlitePath(cfg)
+	if err != nil {
+		return nil, "", err
 	}
-	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "evidence.db"))
+	st, err := sqlite.Open(ctx, path)
 	if err != nil {
 		return nil, "", fmt.Errorf("opening the embedded evidence store: %w", err)
 	}
@@ -304,6 +357,11 @@ func openStore(ctx context.Context, cfg config.Config) (evidence.Store, string, 
 
 func openStack(ctx context.Context, cfg config.Config, log *slog.Logger) (*stack, error) {
 	st := &stack{instanceID: instanceID(cfg)}
+	// data_dir holds evidence, the dev signing key and archived bundles:
+	// the gateway's alone (0700, files 0600), whatever the store.
+	if err := privateDataDir(cfg, log); err != nil {
+		return nil, err
+	}
 	var err error
 	st.store, st.storeKind, err = openStore(ctx, cfg)
 	if err != nil {
@@ -318,10 +376,11 @@ func openStack(ctx context.Context, cfg config.Config, log *slog.Logger) (*stack
 		return nil, err
 	}
 	st.backend = runner.Name()
+	st.refused = refusal(runner)
 	st.tools = newTools(cfg, runner, log)
 	// The policy loads after the tools: bundles are type-checked against
 	// the tools' input schemas.
-	if st.policy, err = openPolicy(ctx, cfg, log, st.tools, evidenceRecorder{st.writer}); err != nil {
+	if st.policy, err = openPolicy(ctx, cfg, log, st.tools, evidenceRecorder{st.writer}, true); err != nil {
 		st.close()
 		return nil, err
 	}
@@ -333,34 +392,6 @@ func openStack(ctx context.Context, cfg config.Config, log *slog.Logger) (*stack
 		}
 	}
 	return st, nil
-}
-
-// chooseRunner picks the Exec backend, probing bubblewrap once at start.
-//   - backend bwrap: bwrap or refuse to start.
-//   - backend auto: bwrap when the probe passes, else the process runner
-//     (rlimits only) with a warning, or, when sandbox.require is set,
-//     a runner that refuses every Exec with sandbox_unavailable.
-//   - backend process: the process runner; with sandbox.require every Exec
-//     is refused, since the process runner is no sandbox.
-func chooseRunner(ctx context.Context, cfg config.Config, log *slog.Logger) (exectool.Runner, error) {
-	helper := helperPath(log)
-	if cfg.Sandbox.Backend != "process" {
-		r := bwrap.New(bwrap.Options{Logger: log, HelperPath: helper})
-		err := r.Probe(ctx)
-		if err == nil {
-			return r, nil
-		}
-		if cfg.Sandbox.Backend == "bwrap" {
-			return nil, fmt.Errorf("config: sandbox.backend: bwrap does not work here: %w", err)
-		}
-		log.Warn("bubblewrap unusable; falling back", "err", err, "require", cfg.Sandbox.Require)
-	}
-	if cfg.Sandbox.Require {
-		log.Warn("sandbox.require is set and no OS sandbox is available: every Exec will be refused with sandbox_unavailable")
-		return unavailableRunner{}, nil
-	}
-	log.Warn("Exec runs on the process backend: rlimits and a process group, no filesystem or network confinement")
-	return process.New(process.Options{Logger: log, HelperPath: helper}), nil
 }
 
 // helperName is the small rlimit helper binary; installed beside the gateway
@@ -413,16 +444,6 @@ func reloadOnHUP(ctx context.Context, st *stack, log *slog.Logger) {
 			log.Info("policy reload on SIGHUP", "status", res.Status, "revision", res.Policy.Revision, "digest", res.Policy.Digest)
 		}
 	}
-}
-
-// unavailableRunner stands in when sandbox.require is set but no sandbox
-// backend exists: every Exec is refused with sandbox_unavailable.
-type unavailableRunner struct{}
-
-func (unavailableRunner) Name() string { return "none" }
-
-func (unavailableRunner) Run(context.Context, sandbox.Spec) (sandbox.Result, error) {
-	return sandbox.Result{}, wire.Errorf(wire.CodeSandboxUnavailable, "sandbox.require is set and no OS sandbox backend is available; Exec refused rather than run unconfined")
 }
 
 // newTools is the gateway's tool set, the one place it is listed: serve

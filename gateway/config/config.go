@@ -40,6 +40,12 @@ type Config struct {
 	MCP          MCP         `yaml:"mcp"`
 	Debug        Debug       `yaml:"debug"`
 	Runtime      Runtime     `yaml:"runtime"`
+	// TrustedProxies are the CIDRs (or single addresses) of the reverse
+	// proxies whose X-Forwarded-For is believed. A request from any other
+	// peer is attributed to its TCP peer address, whatever headers it
+	// sends; from a trusted peer, to the rightmost X-Forwarded-For address
+	// that is not itself a trusted proxy (CONTRACT section 11).
+	TrustedProxies []string `yaml:"trusted_proxies"`
 }
 
 // Runtime tunes the Go runtime's garbage collector for serve. The standard
@@ -160,10 +166,89 @@ type Principal struct {
 	APIKeySHA256 string         `yaml:"api_key_sha256" json:"api_key_sha256"`
 }
 
-// Sandbox chooses the Exec backend.
+// Sandbox chooses the OS sandbox that Exec and code.run run in.
 type Sandbox struct {
+	// Backend is auto, bwrap, seatbelt or process. auto is bwrap on Linux
+	// and seatbelt on macOS when the start-up probe passes; otherwise Exec
+	// and code.run are refused (sandbox_unavailable). The process backend,
+	// which confines nothing but resources, runs only when named here.
 	Backend string `yaml:"backend"`
-	Require bool   `yaml:"require"`
+	// Require (default true): never run a call with less confinement than
+	// configured. A named sandbox backend (bwrap, seatbelt) that does not
+	// work here stops serve at start; false starts anyway and refuses
+	// Exec and code.run with sandbox_unavailable.
+	Require bool `yaml:"require"`
+	// RunAs is the "uid:gid" the process backend runs programs as when the
+	// gateway runs as root (default 65534:65534, nobody), so that they
+	// cannot read the gateway's config, keys, evidence or memory. Only for
+	// backend process; uid and gid 0 are refused.
+	RunAs string `yaml:"run_as"`
+}
+
+// DefaultRunAs is the process backend's uid and gid under a root gateway.
+const DefaultRunAs = 65534
+
+// RunAsIDs parses RunAs; ok is false when it is empty (use the default).
+func (s Sandbox) RunAsIDs() (uid, gid uint32, ok bool, err error) {
+	v := strings.TrimSpace(s.RunAs)
+	if v == "" {
+		return DefaultRunAs, DefaultRunAs, false, nil
+	}
+	us, gs, found := strings.Cut(v, ":")
+	if !found {
+		return 0, 0, false, fmt.Errorf("want numeric uid:gid such as 65534:65534, got %q", s.RunAs)
+	}
+	u, err1 := strconv.ParseUint(us, 10, 32)
+	g, err2 := strconv.ParseUint(gs, 10, 32)
+	switch {
+	case err1 != nil || err2 != nil:
+		return 0, 0, false, fmt.Errorf("want numeric uid:gid such as 65534:65534, got %q", s.RunAs)
+	case u == 0 || g == 0:
+		return 0, 0, false, fmt.Errorf("uid and gid 0 are root; want an unprivileged uid:gid, got %q", s.RunAs)
+	case u == math.MaxUint32 || g == math.MaxUint32:
+		return 0, 0, false, fmt.Errorf("uid or gid 4294967295 is \"no id\" to the kernel, got %q", s.RunAs)
+	}
+	return uint32(u), uint32(g), true, nil
+}
+
+// TrustedProxyNets parses TrustedProxies: CIDRs, or single addresses taken
+// as /32 or /128.
+func (c Config) TrustedProxyNets() ([]*net.IPNet, error) {
+	out := make([]*net.IPNet, 0, len(c.TrustedProxies))
+	for i, s := range c.TrustedProxies {
+		n, err := parseProxy(s)
+		if err != nil {
+			return nil, fmt.Errorf("trusted_proxies[%d]: %w", i, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseProxy(s string) (*net.IPNet, error) {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "/") {
+		ip, n, err := net.ParseCIDR(s)
+		if err != nil {
+			return nil, fmt.Errorf("want a CIDR such as 10.0.0.0/8 or an address, got %q", s)
+		}
+		if !ip.Equal(n.IP) {
+			return nil, fmt.Errorf("%q has host bits set; did you mean %s?", s, n)
+		}
+		if ones, _ := n.Mask.Size(); ones == 0 {
+			return nil, fmt.Errorf("%q trusts every address, so any client could forge its address; name your proxies", s)
+		}
+		return n, nil
+	}
+	ip := net.ParseIP(s)
+	if ip == nil {
+		return nil, fmt.Errorf("want a CIDR such as 10.0.0.0/8 or an address, got %q", s)
+	}
+	bits := 128
+	if ip4 := ip.To4(); ip4 != nil {
+		ip, bits = ip4, 32
+	}
+	return &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)}, nil
 }
 
 // Duration is a time.Duration that also accepts a "d" (days) suffix, since
@@ -236,7 +321,7 @@ func Default() Config {
 			Retention:          Duration(400 * 24 * time.Hour),
 			CommitTimeout:      Duration(10 * time.Second),
 		},
-		Sandbox: Sandbox{Backend: "auto"},
+		Sandbox: Sandbox{Backend: "auto", Require: true},
 		Runtime: Runtime{GCPercent: 400},
 	}
 }
@@ -447,10 +532,8 @@ func (c *Config) Validate() error {
 	if c.Policy.BearerTokenFile != "" {
 		if !remote {
 			bad("policy.bearer_token_file", "only applies to an http(s) policy.bundle")
-		} else if st, err := os.Stat(c.Policy.BearerTokenFile); err != nil {
+		} else if err := privateFile(c.Policy.BearerTokenFile); err != nil {
 			bad("policy.bearer_token_file", "%v", err)
-		} else if st.Mode().Perm()&0o077 != 0 {
-			bad("policy.bearer_token_file", "%s is readable by group or others (mode %o); chmod 600 it", c.Policy.BearerTokenFile, st.Mode().Perm())
 		}
 	}
 	if c.Policy.KeyID != "" && c.Policy.VerificationKey == "" {
@@ -469,9 +552,24 @@ func (c *Config) Validate() error {
 		bad("evidence.commit_timeout", "want 100ms to 5m, got %s", time.Duration(c.Evidence.CommitTimeout))
 	}
 	switch c.Sandbox.Backend {
-	case "auto", "bwrap", "process":
+	case "auto", "bwrap", "seatbelt", "process":
 	default:
-		bad("sandbox.backend", "want auto, bwrap or process, got %q", c.Sandbox.Backend)
+		bad("sandbox.backend", "want auto, bwrap, seatbelt or process, got %q", c.Sandbox.Backend)
+	}
+	if _, _, set, err := c.Sandbox.RunAsIDs(); err != nil {
+		bad("sandbox.run_as", "%v", err)
+	} else if set && c.Sandbox.Backend != "process" {
+		bad("sandbox.run_as", "only applies to sandbox.backend: process (bwrap and seatbelt choose the sandbox user themselves)")
+	}
+	if _, err := c.TrustedProxyNets(); err != nil {
+		errs = append(errs, fmt.Errorf("config: %w", err))
+	}
+	// A missing key file is reported by whoever reads it (serve, verify);
+	// one that exists must be private.
+	if p := c.Evidence.SigningKey; p != "" {
+		if err := privateFile(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			bad("evidence.signing_key", "%v", err)
+		}
 	}
 	if d := c.Tools.Deno; d != "" {
 		if fi, err := os.Stat(d); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
@@ -526,6 +624,23 @@ func (c *Config) Validate() error {
 		c.Principals[i].APIKeySHA256 = h
 	}
 	return errors.Join(errs...)
+}
+
+// privateFile checks that path is a regular file that neither group nor
+// others may read or write: a key file any local user (or a program the
+// process backend runs as another user) could read is not a secret.
+func privateFile(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", path)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("%s is accessible to group or others (mode %04o); chmod 600 it", path, st.Mode().Perm())
+	}
+	return nil
 }
 
 // loopbackAddr accepts host:port with a numeric port whose host is a

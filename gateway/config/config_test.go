@@ -50,14 +50,14 @@ func TestEnvOverrides(t *testing.T) {
 		"PORTCULLIS_EVIDENCE_COMMIT_TIMEOUT=3s",
 		"PORTCULLIS_RUNTIME_GC_PERCENT=-1",
 		"PORTCULLIS_RUNTIME_MEMORY_LIMIT=768MiB",
-		"PORTCULLIS_SANDBOX_REQUIRE=true",
+		"PORTCULLIS_SANDBOX_REQUIRE=false",
 		`PORTCULLIS_PRINCIPALS=[{"id":"x","roles":["auditor"],"api_key_sha256":"` + goodHash + `"}]`,
 		"UNRELATED=1",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Listen != "127.0.0.1:7000" || cfg.Policy.Bundle != "/tmp/other" || !cfg.Sandbox.Require {
+	if cfg.Listen != "127.0.0.1:7000" || cfg.Policy.Bundle != "/tmp/other" || cfg.Sandbox.Require {
 		t.Errorf("scalars not overridden: %+v", cfg)
 	}
 	if cfg.Policy.PollInterval.Std() != 5*time.Second || cfg.Evidence.Retention.Std() != 30*24*time.Hour || cfg.Evidence.CommitTimeout.Std() != 3*time.Second {
@@ -87,6 +87,19 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"bad listen", "listen: nope\n", nil, "listen"},
 		{"bad database url", "database_url: mysql://x\n", nil, "database_url"},
 		{"bad backend", "sandbox: {backend: docker}\n", nil, "sandbox.backend"},
+		{"run_as root", "sandbox: {backend: process, run_as: \"0:0\"}\n", nil, "sandbox.run_as"},
+		{"run_as root group", "sandbox: {backend: process, run_as: \"1000:0\"}\n", nil, "sandbox.run_as"},
+		{"run_as name", "sandbox: {backend: process, run_as: nobody}\n", nil, "sandbox.run_as"},
+		{"run_as no id", "sandbox: {backend: process, run_as: \"4294967295:1\"}\n", nil, "sandbox.run_as"},
+		{"run_as with bwrap", "sandbox: {backend: bwrap, run_as: \"1000:1000\"}\n", nil, "sandbox.run_as"},
+		{"run_as from env", "", []string{"PORTCULLIS_SANDBOX_RUN_AS=-1:5"}, "sandbox.run_as"},
+		{"proxy not a cidr", "trusted_proxies: [\"10.0.0.0/33\"]\n", nil, "trusted_proxies[0]"},
+		{"proxy host bits", "trusted_proxies: [\"10.0.0.1/8\"]\n", nil, "trusted_proxies[0]"},
+		{"proxy everyone", "trusted_proxies: [\"10.0.0.0/8\", \"0.0.0.0/0\"]\n", nil, "trusted_proxies[1]"},
+		{"proxy everyone v6", "trusted_proxies: [\"::/0\"]\n", nil, "trusted_proxies[0]"},
+		{"proxy name", "trusted_proxies: [lb.internal]\n", nil, "trusted_proxies[0]"},
+		{"proxy from env", "", []string{"PORTCULLIS_TRUSTED_PROXIES=[\"x\"]"}, "trusted_proxies[0]"},
+		{"signing key readable", "evidence: {signing_key: " + worldReadable + "}\n", nil, "evidence.signing_key"},
 		{"bad duration", "policy: {poll_interval: soon}\n", nil, "poll_interval"},
 		{"bad role", "principals:\n  - id: a\n    roles: [root]\n    api_key_sha256: " + goodHash + "\n", nil, "principals[0].roles[0]"},
 		{"short hash", "principals:\n  - id: a\n    roles: [agent]\n    api_key_sha256: abc\n", nil, "principals[0].api_key_sha256"},
@@ -183,6 +196,48 @@ func TestDefaultsValid(t *testing.T) {
 	}
 	if cfg.Listen != "127.0.0.1:8080" || cfg.DataDir != "./.portcullis" || cfg.Sandbox.Backend != "auto" {
 		t.Errorf("defaults = %+v", cfg)
+	}
+	// The contract: auto never means the process backend, and require
+	// is on unless turned off.
+	if !cfg.Sandbox.Require {
+		t.Error("sandbox.require defaults to false, want true")
+	}
+	if uid, gid, set, err := cfg.Sandbox.RunAsIDs(); uid != 65534 || gid != 65534 || set || err != nil {
+		t.Errorf("run_as default = %d:%d (set %v, %v), want 65534:65534 unset", uid, gid, set, err)
+	}
+}
+
+// TestTrustedProxies: CIDRs and single addresses of either family are
+// accepted; a bare address is one host.
+func TestTrustedProxies(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load("", []string{`PORTCULLIS_TRUSTED_PROXIES=["10.0.0.0/8", "192.0.2.7", "2001:db8::/32", "::1"]`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nets, err := cfg.TrustedProxyNets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range nets {
+		got = append(got, n.String())
+	}
+	want := []string{"10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32", "::1/128"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("nets (-want +got):\n%s", diff)
+	}
+}
+
+// TestRunAs: numeric uid:gid for the process backend.
+func TestRunAs(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load("", []string{"PORTCULLIS_SANDBOX_BACKEND=process", "PORTCULLIS_SANDBOX_RUN_AS=1500:1501"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid, gid, set, err := cfg.Sandbox.RunAsIDs(); uid != 1500 || gid != 1501 || !set || err != nil {
+		t.Errorf("run_as = %d:%d (set %v, %v)", uid, gid, set, err)
 	}
 }
 

@@ -129,7 +129,7 @@ func startServer(ctx context.Context, name string, argv, env []string, dir, logP
 	cmd.Stdout = lf
 	cmd.Stderr = lf
 	// The server must not outlive the harness.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = dieWithParent()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}

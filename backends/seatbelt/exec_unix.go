@@ -1,0 +1,284 @@
+//go:build unix
+
+package seatbelt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/portcullis/portcullis/backends/process"
+	"github.com/portcullis/portcullis/backends/sandbox"
+	"github.com/portcullis/portcullis/wire"
+)
+
+// How a run is stopped; the same as the process runner's.
+const (
+	termGrace         = process.TermGrace
+	drainGrace        = 500 * time.Millisecond
+	statusReadTimeout = time.Second
+)
+
+// execer starts a launcher argv (sandbox-exec and the program) through the
+// rlimit helper in its own session and process group, with exactly the
+// spec's environment, a wall-clock timeout (SIGTERM to the group, a grace,
+// SIGKILL) and bounded output. It is the part of the macOS runner that does
+// not depend on macOS, so it is tested on Linux too.
+type execer struct {
+	log    *slog.Logger
+	helper string // the binary that calls MaybeRunHelper first thing
+}
+
+// run executes argv for spec. The error is only for a run that could not
+// start (bad spec, helper refusal); a program that fails is a Result.
+func (x *execer) run(ctx context.Context, spec sandbox.Spec, argv []string) (sandbox.Result, error) {
+	switch {
+	case len(argv) == 0 || !filepath.IsAbs(argv[0]):
+		return sandbox.Result{}, fmt.Errorf("seatbelt: launcher argv %q must start with an absolute path", argv)
+	case !filepath.IsAbs(x.helper):
+		return sandbox.Result{}, fmt.Errorf("seatbelt: helper path %q is not absolute", x.helper)
+	case spec.Timeout <= 0:
+		return sandbox.Result{}, fmt.Errorf("seatbelt: timeout %v must be positive", spec.Timeout)
+	case spec.MaxOutputBytes <= 0:
+		return sandbox.Result{}, fmt.Errorf("seatbelt: max output bytes %d must be positive", spec.MaxOutputBytes)
+	case spec.Dir != "" && !filepath.IsAbs(spec.Dir):
+		return sandbox.Result{}, fmt.Errorf("seatbelt: working directory %q is not absolute", spec.Dir)
+	}
+	for i, a := range argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return sandbox.Result{}, fmt.Errorf("seatbelt: argv[%d] contains a NUL byte", i)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return sandbox.Result{}, fmt.Errorf("seatbelt: not started: %w", err)
+	}
+	limits, err := limitArgs(spec.Limits)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	dir := spec.Dir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "portcullis-exec-")
+		if err != nil {
+			return sandbox.Result{}, fmt.Errorf("seatbelt: private working directory: %w", err)
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+
+	var files []*os.File
+	closeAll := func() {
+		for _, f := range files {
+			_ = f.Close()
+		}
+		files = nil
+	}
+	defer closeAll()
+	pipe := func() (*os.File, *os.File, error) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, nil, fmt.Errorf("seatbelt: pipe: %w", err)
+		}
+		files = append(files, r, w)
+		return r, w, nil
+	}
+	outR, outW, err := pipe()
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	errR, errW, err := pipe()
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	statR, statW, err := pipe()
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+
+	args := []string{"portcullis-seatbelt-helper", helperArg, helperVersion}
+	for _, l := range limits {
+		args = append(args, l.String())
+	}
+	args = append(append(args, helperSep), argv...)
+	cmd := &exec.Cmd{
+		Path:       x.helper,
+		Args:       args,
+		Env:        append(make([]string, 0, len(spec.Env)), spec.Env...), // never nil: nil inherits the gateway's
+		Dir:        dir,
+		Stdout:     outW,
+		Stderr:     errW,
+		ExtraFiles: []*os.File{statW},
+		// Its own session: its own process group to signal, and no
+		// controlling terminal to drive.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		return sandbox.Result{}, fmt.Errorf("seatbelt: starting %s: %w", argv[0], err)
+	}
+	startedAt := time.Now()
+	pid := cmd.Process.Pid
+	// The child holds its own copies; ours must go so EOF can arrive.
+	for _, f := range []*os.File{outW, errW, statW} {
+		_ = f.Close()
+	}
+	files = []*os.File{outR, errR, statR}
+
+	stdout, stderr := newCapture(spec.MaxOutputBytes), newCapture(spec.MaxOutputBytes)
+	var drained sync.WaitGroup
+	drained.Go(func() { _, _ = io.Copy(stdout, outR) })
+	drained.Go(func() { _, _ = io.Copy(stderr, errR) })
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	var res sandbox.Result
+	stop := func() error {
+		_ = unix.Kill(-pid, unix.SIGTERM)
+		grace := time.NewTimer(termGrace)
+		defer grace.Stop()
+		select {
+		case err := <-done:
+			return err
+		case <-grace.C:
+		}
+		_ = unix.Kill(-pid, unix.SIGKILL)
+		return <-done
+	}
+	timer := time.NewTimer(spec.Timeout)
+	defer timer.Stop()
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-timer.C:
+		res.TimedOut = true
+		waitErr = stop()
+	case <-ctx.Done():
+		res.Canceled = true
+		waitErr = stop()
+	}
+	res.Duration = time.Since(startedAt)
+	// Background leftovers of the group never outlive the call. The group
+	// id stays reserved while any member lives, so this reaches only them.
+	_ = unix.Kill(-pid, unix.SIGKILL)
+
+	drainDone := make(chan struct{})
+	go func() { drained.Wait(); close(drainDone) }()
+	select {
+	case <-drainDone:
+	case <-time.After(drainGrace):
+		_ = outR.Close()
+		_ = errR.Close()
+		<-drainDone
+	}
+	if msg := readStatus(statR); msg != "" {
+		x.log.ErrorContext(ctx, "seatbelt: helper refused to run the program", "argv0", argv[0], "reason", msg)
+		return sandbox.Result{}, fmt.Errorf("seatbelt: helper refused to start %s: %s", argv[0], msg)
+	}
+	var ee *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &ee) {
+		return sandbox.Result{}, fmt.Errorf("seatbelt: waiting for %s: %w", argv[0], waitErr)
+	}
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case !ok:
+		res.ExitCode = cmd.ProcessState.ExitCode()
+	case ws.Signaled():
+		res.ExitCode = -1
+		name := unix.SignalName(ws.Signal())
+		if name == "" {
+			name = fmt.Sprintf("signal %d", int(ws.Signal()))
+		}
+		res.Signal = &name
+	default:
+		res.ExitCode = ws.ExitStatus()
+	}
+	res.Stdout, res.StdoutTruncated = stdout.text()
+	res.Stderr, res.StderrTruncated = stderr.text()
+	return res, nil
+}
+
+// limitArgs turns the spec's limits into helper arguments, lowered to the
+// hard limits this process already has (the child could never get more).
+func limitArgs(l wire.Limits) ([nLimits]limit, error) {
+	var out [nLimits]limit
+	if l.CPUSeconds < 0 || l.FsizeBytes < 0 || l.Nofile < 0 || l.MemoryBytes < 0 {
+		return out, fmt.Errorf("seatbelt: negative limit in %+v", l)
+	}
+	want := [nLimits]int64{int64(l.CPUSeconds), l.FsizeBytes, int64(l.Nofile)}
+	for i, v := range want {
+		if v == 0 {
+			continue
+		}
+		soft, hard := uint64(v), uint64(v)
+		if limitResources[i].res == unix.RLIMIT_CPU {
+			hard = soft + 1 // SIGXCPU first, then SIGKILL a second later
+		}
+		var cur unix.Rlimit
+		if err := unix.Getrlimit(limitResources[i].res, &cur); err != nil {
+			return out, fmt.Errorf("seatbelt: getrlimit %s: %w", limitResources[i].name, err)
+		}
+		// RLIM_INFINITY is MaxUint64 on Linux, MaxInt64 on macOS.
+		if cur.Max < math.MaxInt64 {
+			hard = min(hard, cur.Max)
+			soft = min(soft, hard)
+		}
+		out[i] = limit{set: true, soft: soft, hard: hard}
+	}
+	return out, nil
+}
+
+// readStatus returns the helper's refusal, or "" when it set the limits
+// and exec'd.
+func readStatus(f *os.File) string {
+	_ = f.SetReadDeadline(time.Now().Add(statusReadTimeout))
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return "reading helper status: " + err.Error()
+	}
+	switch s := string(b); {
+	case s == statusReady:
+		return ""
+	case s == "":
+		return "the helper exited without reporting (does the gateway's main call seatbelt.MaybeRunHelper?)"
+	default:
+		return strings.TrimSpace(strings.TrimPrefix(s, statusReady))
+	}
+}
+
+// capture keeps the first max bytes of a stream and counts the rest, so
+// the pipe never fills and blocks the program.
+type capture struct {
+	mu    sync.Mutex
+	buf   []byte
+	max   int
+	total int64
+}
+
+func newCapture(max int) *capture { return &capture{max: max} }
+
+func (c *capture) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total += int64(len(p))
+	if room := c.max - len(c.buf); room > 0 {
+		c.buf = append(c.buf, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (c *capture) text() (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return process.Text(c.buf, c.max, c.total > int64(len(c.buf)))
+}

@@ -1,0 +1,9 @@
+package tests
+
+import "syscall"
+
+// dieWithParent makes a started server die with this process (PDEATHSIG;
+// Linux only).
+func dieWithParent() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
