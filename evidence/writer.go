@@ -534,6 +534,11 @@ func RecoverInterrupted(ctx context.Context, store Store, w *Writer, instanceID 
 	if err != nil {
 		return 0, fmt.Errorf("evidence: list pending decisions of %q: %w", instanceID, err)
 	}
+	return recoverPending(ctx, w, pending)
+}
+
+// recoverPending gives each receipt the outcome "interrupted".
+func recoverPending(ctx context.Context, w *Writer, pending []uuid.UUID) (int, error) {
 	done := 0
 	const chunk = 500
 	for len(pending) > 0 {

@@ -84,6 +84,10 @@ type Options struct {
 	// nil (checkpoints off: no signing key) answers them with 503
 	// evidence_unavailable (see routes_evidence.go).
 	Auditor EvidenceAuditor
+	// Late keeps the outcomes the store did not take and records them
+	// later; serve gives one with a spool on disk (evidence.OpenLateOutcomes).
+	// Nil: one in memory only, over Evidence and Receipts.
+	Late *evidence.LateOutcomes
 	// MCPAllowedOrigins lists the browser origins (scheme://host[:port])
 	// that may call /mcp. Requests carrying any other Origin header are
 	// refused, which defeats DNS rebinding; clients that send no Origin
@@ -101,7 +105,7 @@ type Server struct {
 	toolList []string
 	metrics  *metrics
 	mcp      *mcpSessions
-	late     lateOutcomes
+	late     *evidence.LateOutcomes
 }
 
 // New builds the server and its routes.
@@ -131,6 +135,11 @@ func New(opts Options) *Server {
 		tools:   map[string]backends.Tool{},
 		metrics: newMetrics(opts.Registry),
 	}
+	s.late = opts.Late
+	if s.late == nil {
+		s.late = newLate(opts)
+	}
+	opts.Registry.MustRegister(newLateCollector(s.late))
 	for _, t := range opts.Tools {
 		s.tools[t.Name()] = t
 		s.toolList = append(s.toolList, t.Name())

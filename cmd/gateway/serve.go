@@ -80,16 +80,13 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer st.close()
-	stopEvidence, auditor, err := startEvidenceServices(ctx, cfg, f.dev, st.store, log)
+	ev, err := startEvidenceServices(ctx, cfg, f.dev, st, log)
 	if err != nil {
 		return err
 	}
-	defer stopEvidence()
-
-	if n, err := evidence.RecoverInterrupted(ctx, st.store, st.writer, st.instanceID); err != nil {
-		return fmt.Errorf("marking interrupted calls: %w", err)
-	} else if n > 0 {
-		log.Warn("calls left pending by a previous run marked interrupted", "count", n, "instance_id", st.instanceID)
+	defer ev.stop()
+	if err := ev.recover(ctx, log); err != nil {
+		return err
 	}
 
 	reg := prometheus.NewRegistry()
@@ -105,9 +102,8 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Keys: keys, Policy: st.decider(), Evidence: st.writer, Receipts: st.store, Tools: st.tools,
 		InstanceID: st.instanceID, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registry: reg,
 		OpenAPI: gateway.OpenAPIDocument, PolicyRevision: st.revision, MCPAllowedOrigins: cfg.MCP.AllowedOrigins,
-		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: auditor,
-		// A call's write may queue behind one commit that times out.
-		EvidenceTimeout: 2*cfg.Evidence.CommitTimeout.Std() + time.Second,
+		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: ev.auditor,
+		Late: ev.late, EvidenceTimeout: evidenceTimeout(cfg),
 	})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -152,7 +148,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Error("shutdown did not finish in time", "err", err)
 	}
 	if n := srv.FlushLate(sctx); n > 0 {
-		log.Warn("outcomes not recorded before stopping: the next start marks their calls interrupted", "count", n)
+		log.Warn("outcomes not recorded before stopping: they stay in the spool and the next start records them", "count", n)
 	}
 	if err := st.writer.Close(sctx); err != nil {
 		log.Error("flushing evidence", "err", err)
@@ -186,6 +182,10 @@ func loadServeConfig(f serveFlags) (config.Config, []devKey, error) {
 	if f.dev {
 		if f.configPath == "" && os.Getenv("PORTCULLIS_POLICY_BUNDLE") == "" {
 			cfg.Policy.Bundle = config.ShippedBundle
+		}
+		if cfg.Evidence.CheckpointDir == "" {
+			// Anchors for `evidence verify` (see devCheckpointDir).
+			cfg.Evidence.CheckpointDir = filepath.Join(cfg.DataDir, devCheckpointDir)
 		}
 		for _, role := range []string{wire.RoleAgent, wire.RoleAuditor, wire.RoleAdmin} {
 			k, err := newAPIKey()

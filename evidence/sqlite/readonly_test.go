@@ -250,3 +250,64 @@ func TestOpenReadOnlyChangedWhileRead(t *testing.T) {
 		t.Fatalf("Close after the file changed = %v, want ErrChangedWhileRead", err)
 	}
 }
+
+// TestVerifyRuleIndex: evidence_rule_ids, the index `?rule=` reads, is
+// held against the chained rule_ids column: rows deleted (the decision
+// vanishes from rule queries) or added (a decision attributed to a rule it
+// does not name) are named by Verify, on the store opened read-only.
+func TestVerifyRuleIndex(t *testing.T) {
+	t.Parallel()
+	for name, stmt := range map[string]string{
+		"rows-deleted": "DELETE FROM evidence_rule_ids WHERE rule_id = 'exec.shape.echo'",
+		"row-added":    "INSERT INTO evidence_rule_ids (rule_id, ts, event_id) SELECT 'admin.override', ts, id FROM evidence_events WHERE kind = 'decision' LIMIT 1",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "evidence.db")
+			s, err := sqlite.Open(ctx, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := evidence.NewWriter(s, evidence.WriterOptions{InstanceID: "ri"})
+			for i := range 3 {
+				d := evidence.Event{ID: uuid.Must(uuid.NewV7()), Kind: evidence.KindDecision, Decision: wire.DecisionAllow,
+					PrincipalID: "p", Tool: "Exec", CallID: fmt.Sprint(i), RuleIDs: []string{"grant:role/agent/Exec", "exec.shape.echo"}}
+				if err := w.Append(ctx, d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = w.Close(ctx)
+			verifyRO := func() *evidence.Report {
+				t.Helper()
+				ro, err := sqlite.OpenReadOnly(ctx, path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ro.Close()
+				r, err := evidence.Verify(ctx, ro, evidence.VerifyOptions{VerifierKey: "x+00000000+AQ"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			if r := verifyRO(); !r.OK() {
+				t.Fatalf("Verify before: %+v", r.Problems)
+			}
+			for _, q := range []string{"DROP TRIGGER evidence_rule_ids_no_delete", stmt} {
+				if err := s.RawExec(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			_ = s.Close()
+			r := verifyRO()
+			found := false
+			for _, p := range r.Problems {
+				found = found || p.Kind == "rule_index"
+			}
+			if !found {
+				t.Fatalf("Verify after %s: %+v, want rule_index", name, r.Problems)
+			}
+		})
+	}
+}
