@@ -78,7 +78,7 @@ func (r spoolRecord) item() (lateItem, error) {
 		return lateItem{}, errors.New("incomplete outcome")
 	}
 	return lateItem{
-		event: Event{ID: r.ID, ReceiptID: r.ReceiptID, Kind: KindOutcome, Time: r.Time, InstanceID: r.InstanceID, Outcome: r.Outcome},
+		event:  Event{ID: r.ID, ReceiptID: r.ReceiptID, Kind: KindOutcome, Time: r.Time, InstanceID: r.InstanceID, Outcome: r.Outcome},
 		notRun: r.NotRun, queued: r.Queued,
 	}, nil
 }
