@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -61,6 +62,10 @@ func OpenReadOnly(ctx context.Context, url string) (*Store, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		pool.Close()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name
+			return nil, fmt.Errorf("%w: database %q does not exist", evidence.ErrNoStore, cfg.ConnConfig.Database)
+		}
 		return nil, fmt.Errorf("evidence/postgres: connect: %w", classify(err))
 	}
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
