@@ -28,9 +28,15 @@ func (s *Server) notRunOutcome(rec *record) evidence.Event {
 }
 
 // Run does the server's background work until ctx ends: it records late
-// outcomes once the store commits again. serve runs it beside the HTTP
-// server; a Server whose Run is not called keeps them queued (bounded).
-func (s *Server) Run(ctx context.Context) { s.late.Run(ctx) }
+// outcomes once the store commits again, and sweeps expired results.
+// serve runs it beside the HTTP server; a Server whose Run is not called
+// keeps late outcomes queued (bounded).
+func (s *Server) Run(ctx context.Context) {
+	if s.opts.Results != nil {
+		go s.opts.Results.Run(ctx)
+	}
+	s.late.Run(ctx)
+}
 
 // FlushLate records what is queued and ready, and returns how many
 // outcomes remain queued (serve calls it once more at shutdown).

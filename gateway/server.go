@@ -84,6 +84,9 @@ type Options struct {
 	// nil (checkpoints off: no signing key) answers them with 503
 	// evidence_unavailable (see routes_evidence.go).
 	Auditor EvidenceAuditor
+	// Results keeps finished calls' outputs for read_tool_result; nil
+	// keeps none.
+	Results ResultKeeper
 	// Late keeps the outcomes the store did not take and records them
 	// later; serve gives one with a spool on disk (evidence.OpenLateOutcomes).
 	// Nil: one in memory only, over Evidence and Receipts.

@@ -21,8 +21,11 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/portcullis/portcullis/backends"
+	"github.com/portcullis/portcullis/backends/readresult"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/postgres"
+	"github.com/portcullis/portcullis/evidence/results"
 	"github.com/portcullis/portcullis/evidence/sqlite"
 	"github.com/portcullis/portcullis/gateway"
 	"github.com/portcullis/portcullis/gateway/config"
@@ -89,6 +92,25 @@ func signingKey(cfg config.Config, dev bool, log *slog.Logger) (string, error) {
 	}
 	log.Info("evidence checkpoints signed", "key_file", path, "verifier_key", vkey)
 	return skey, nil
+}
+
+// resultStore is where read_tool_result reads (data_dir/results), or nil
+// when evidence.results_retention is 0. It does no I/O until used.
+func resultStore(cfg config.Config, log *slog.Logger) *results.Store {
+	if cfg.Evidence.ResultsRetention <= 0 {
+		return nil
+	}
+	return results.New(results.Options{Dir: filepath.Join(cfg.DataDir, "results"),
+		Retention: cfg.Evidence.ResultsRetention.Std(), MaxBytes: cfg.Evidence.ResultsMaxBytes, Logger: log})
+}
+
+// keeperOf is the result store read_tool_result (among tools) reads, for
+// the pipeline to keep results in; nil when the tool is not offered.
+func keeperOf(tools []backends.Tool) gateway.ResultKeeper {
+	if rs := readresult.Results(tools); rs != nil {
+		return rs
+	}
+	return nil
 }
 
 // evidenceServices are serve's evidence side besides the writer: the

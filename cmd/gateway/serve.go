@@ -30,6 +30,7 @@ import (
 	"github.com/portcullis/portcullis/backends/fstool"
 	"github.com/portcullis/portcullis/backends/httpget"
 	"github.com/portcullis/portcullis/backends/process"
+	"github.com/portcullis/portcullis/backends/readresult"
 	"github.com/portcullis/portcullis/backends/sandbox"
 	"github.com/portcullis/portcullis/bundles"
 	"github.com/portcullis/portcullis/evidence"
@@ -103,7 +104,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		InstanceID: st.instanceID, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registry: reg,
 		OpenAPI: gateway.OpenAPIDocument, PolicyRevision: st.revision, MCPAllowedOrigins: cfg.MCP.AllowedOrigins,
 		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: ev.auditor,
-		Late: ev.late, EvidenceTimeout: evidenceTimeout(cfg),
+		Late: ev.late, EvidenceTimeout: evidenceTimeout(cfg), Results: keeperOf(st.tools),
 	})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -430,6 +431,10 @@ func (unavailableRunner) Run(context.Context, sandbox.Spec) (sandbox.Result, err
 func newTools(cfg config.Config, runner exectool.Runner, log *slog.Logger) []backends.Tool {
 	tools := []backends.Tool{exectool.New(exectool.Options{Runner: runner, Logger: log})}
 	tools = append(tools, fstool.Tools(fstool.Options{Logger: log})...)
-	return append(tools, httpget.New(httpget.Options{Logger: log}),
+	tools = append(tools, httpget.New(httpget.Options{Logger: log}),
 		coderun.New(coderun.Options{Runner: runner, Deno: denoPath(cfg), Logger: log}))
+	if rs := resultStore(cfg, log); rs != nil {
+		tools = append(tools, readresult.New(rs))
+	}
+	return tools
 }
