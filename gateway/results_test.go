@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"crypto/sha256"
+	"errors"
 	"encoding/json"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,5 +70,44 @@ func TestReadToolResultThroughPipeline(t *testing.T) {
 	_, nosess := post(t, ts.URL, agentKey, `{"tool":"Count","input":{}}`)
 	if r := read(agentKey, "run-1", nosess.ReceiptID); r.Output.Error == nil || r.Output.Error.Code != wire.CodeNotFound {
 		t.Errorf("a call without a session kept its result: %+v", r.Output)
+	}
+}
+
+// noResultsFor denies read_tool_result to one principal, allows the rest.
+type noResultsFor struct{ principal string }
+
+func (p noResultsFor) Decide(_ context.Context, in wire.PolicyInput) (wire.Decision, error) {
+	if in.Tool == readresult.Name && in.Principal.ID == p.principal {
+		return wire.Decision{Allow: false, Reasons: []string{"no"}}, nil
+	}
+	return wire.Decision{Allow: true, PolicyRevision: "rev-1"}, nil
+}
+func (noResultsFor) Ready() bool { return true }
+
+// TestResultsKeptOnlyForReaders: no copy of an output is kept for a
+// principal the policy does not let read it back.
+func TestResultsKeptOnlyForReaders(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "results")
+	store := results.New(results.Options{Dir: dir, Retention: time.Hour})
+	ev := &memEvidence{}
+	key := func(k, id string) Key {
+		return Key{SHA256: sha256.Sum256([]byte(k)), Principal: wire.Principal{ID: id, Roles: []string{wire.RoleAgent}}}
+	}
+	s := New(Options{
+		Keys:   []Key{key(agentKey, "agent-1"), key("other-key", "agent-2")},
+		Policy: noResultsFor{"agent-2"}, Evidence: ev, Receipts: ev,
+		Tools: []backends.Tool{&countingTool{}, readresult.New(store)}, Results: store, InstanceID: "test",
+	})
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	_, kept := post(t, ts.URL, agentKey, `{"tool":"Count","input":{},"session_id":"run-1"}`)
+	_, notKept := post(t, ts.URL, "other-key", `{"tool":"Count","input":{},"session_id":"run-1"}`)
+	store.Flush()
+	if _, err := os.Stat(filepath.Join(dir, kept.ReceiptID+".json")); err != nil {
+		t.Errorf("result of a principal who may read it back not kept: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, notKept.ReceiptID+".json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("result kept for a principal the policy does not let read it: %v", err)
 	}
 }

@@ -109,6 +109,8 @@ type Server struct {
 	metrics  *metrics
 	mcp      *mcpSessions
 	late     *evidence.LateOutcomes
+	// resultGrants caches who may read results back (results.go).
+	resultGrants resultGrants
 }
 
 // New builds the server and its routes.

@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -101,7 +102,12 @@ type entry struct {
 	saved time.Time
 }
 
-// Store keeps results. It does no I/O until first used.
+// queueSize bounds the results waiting to be written.
+const queueSize = 1024
+
+// Store keeps results. It does no I/O until first used. Save only queues:
+// one goroutine redacts and writes, off the calls' path; Load waits for a
+// result still queued.
 type Store struct {
 	opts Options
 
@@ -110,6 +116,13 @@ type Store struct {
 	entries map[uuid.UUID]entry
 	order   []uuid.UUID // oldest first
 	total   int64
+
+	start   sync.Once
+	queue   chan queued
+	pmu     sync.Mutex
+	pending map[uuid.UUID]chan struct{}
+	writes  sync.WaitGroup
+	dropped atomic.Uint64
 }
 
 // New returns a store over opts.Dir.
@@ -129,8 +142,14 @@ func New(opts Options) *Store {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Store{opts: opts}
+	return &Store{opts: opts, queue: make(chan queued, queueSize), pending: map[uuid.UUID]chan struct{}{}}
 }
+
+// Dropped counts results not kept because the write queue was full.
+func (s *Store) Dropped() uint64 { return s.dropped.Load() }
+
+// Flush waits until every queued result is written.
+func (s *Store) Flush() { s.writes.Wait() }
 
 // Dir is the directory of the result files.
 func (s *Store) Dir() string { return s.opts.Dir }
@@ -204,12 +223,63 @@ func (s *Store) scan() error {
 	return nil
 }
 
-// Save keeps a result. Results of calls without a session are not kept:
-// read_tool_result is scoped to a session.
+// Save queues a result to keep and returns at once; it is written by the
+// store's goroutine. When the queue is full the result is not kept
+// (Dropped counts it): results are a convenience, never evidence, and a
+// call is never held up for one. Results of calls without a session are
+// not kept: read_tool_result is scoped to a session. The record's output
+// must not be changed afterwards.
 func (s *Store) Save(r Record) error {
 	if r.SessionID == "" || r.ReceiptID == uuid.Nil {
 		return nil
 	}
+	s.start.Do(func() { go s.writer() })
+	done := make(chan struct{})
+	s.pmu.Lock()
+	s.pending[r.ReceiptID] = done
+	s.pmu.Unlock()
+	s.writes.Add(1)
+	select {
+	case s.queue <- queued{r, done}:
+		return nil
+	default:
+		s.finish(r.ReceiptID, done)
+		if n := s.dropped.Add(1); n == 1 || n%1000 == 0 {
+			s.opts.Logger.Warn("results: write queue full; results not kept for read_tool_result", "dropped_total", n)
+		}
+		return errQueueFull
+	}
+}
+
+var errQueueFull = errors.New("results: write queue full: result not kept")
+
+// queued is a result waiting to be written, and what its readers wait on.
+type queued struct {
+	r    Record
+	done chan struct{}
+}
+
+func (s *Store) finish(id uuid.UUID, done chan struct{}) {
+	s.pmu.Lock()
+	if s.pending[id] == done {
+		delete(s.pending, id)
+	}
+	s.pmu.Unlock()
+	close(done)
+	s.writes.Done()
+}
+
+func (s *Store) writer() {
+	for q := range s.queue {
+		if err := s.write(q.r); err != nil {
+			s.opts.Logger.Warn("results: result not kept for read_tool_result", "receipt_id", q.r.ReceiptID.String(), "err", err.Error())
+		}
+		s.finish(q.r.ReceiptID, q.done)
+	}
+}
+
+// write redacts and writes one result.
+func (s *Store) write(r Record) error {
 	now := s.opts.Now()
 	st := Stored{ReceiptID: r.ReceiptID.String(), PrincipalID: r.PrincipalID, SessionID: r.SessionID, Tool: r.Tool,
 		Time: r.Time.UTC(), ExpiresAt: now.Add(s.opts.Retention).UTC()}
@@ -291,10 +361,20 @@ func redactOutput(o wire.ToolOutput, max int64) ([]byte, int, error) {
 }
 
 // Load returns the result of a receipt when it was made by principal in
-// session and has not expired; otherwise ErrNotFound.
+// session and has not expired; otherwise ErrNotFound. A result still
+// queued is waited for (a few seconds at most).
 func (s *Store) Load(receiptID uuid.UUID, principal, session string) (Stored, error) {
 	if session == "" {
 		return Stored{}, ErrNotFound
+	}
+	s.pmu.Lock()
+	done := s.pending[receiptID]
+	s.pmu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+		}
 	}
 	s.mu.Lock()
 	err := s.init()

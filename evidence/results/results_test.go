@@ -84,6 +84,7 @@ func TestOwnerOnly(t *testing.T) {
 	if err := s.Save(nr); err != nil {
 		t.Fatal(err)
 	}
+	s.Flush()
 	if _, err := os.Stat(filepath.Join(s.Dir(), nr.ReceiptID.String()+".json")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a call without a session was kept: %v", err)
 	}
@@ -101,6 +102,7 @@ func TestExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	s.Flush()
 	c.add(59 * time.Minute)
 	if _, err := s.Load(a.ReceiptID, "p", "s"); err != nil {
 		t.Fatalf("Load before expiry: %v", err)
@@ -146,6 +148,7 @@ func TestRedactedOnDisk(t *testing.T) {
 	if err := s.Save(r); err != nil {
 		t.Fatal(err)
 	}
+	s.Flush()
 	b, err := os.ReadFile(filepath.Join(dir, r.ReceiptID.String()+".json"))
 	if err != nil {
 		t.Fatal(err)
@@ -187,6 +190,7 @@ func TestSizeBound(t *testing.T) {
 	if st.Omitted != results.OmittedTooLarge || st.Output != nil || st.Bytes < 9000 {
 		t.Errorf("oversized result stored as %+v", st)
 	}
+	s.Flush()
 	if b, _ := os.ReadFile(filepath.Join(dir, big.ReceiptID.String()+".json")); bytes.Contains(b, []byte("BIGOUTPUT")) {
 		t.Error("the oversized output's content reached the disk")
 	}
@@ -197,6 +201,7 @@ func TestSizeBound(t *testing.T) {
 		if err := s.Save(r); err != nil {
 			t.Fatal(err)
 		}
+		s.Flush()
 		c.add(time.Second)
 	}
 	var total int64
@@ -227,6 +232,7 @@ func TestFiles(t *testing.T) {
 	if err := s.Save(r); err != nil {
 		t.Fatal(err)
 	}
+	s.Flush()
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("results dir mode %v (%v), want 0700", fi.Mode(), err)
 	}
@@ -240,11 +246,28 @@ func TestFiles(t *testing.T) {
 	if err := s.Save(other); err != nil {
 		t.Fatal(err)
 	}
+	s.Flush()
 	planted := uuid.Must(uuid.NewV7())
 	if err := os.Symlink(filepath.Join(dir, other.ReceiptID.String()+".json"), filepath.Join(dir, planted.String()+".json")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Load(planted, "victim", "s"); !errors.Is(err, results.ErrNotFound) {
 		t.Errorf("Load through a planted symlink = %v, want ErrNotFound", err)
+	}
+}
+
+// BenchmarkSave is what keeping a result adds to an allowed call with a
+// session: redaction, one small file written and renamed (no fsync).
+func BenchmarkSave(b *testing.B) {
+	s := results.New(results.Options{Dir: filepath.Join(b.TempDir(), "results"), Retention: time.Hour})
+	out := wire.ToolOutput{Success: true, Data: map[string]any{"exit_code": 0, "stdout": "hello from portcullis\n", "stderr": "",
+		"stdout_truncated": false, "stderr_truncated": false, "timed_out": false, "signal": nil, "duration_ms": 3},
+		Metadata: map[string]any{"backend": "bwrap", "duration_ms": 3, "receipt_id": uuid.NewString()}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.Save(results.Record{ReceiptID: uuid.Must(uuid.NewV7()), PrincipalID: "agent", SessionID: "run", Tool: "Exec", Time: time.Now(), Output: out}); err != nil {
+			b.Fatal(err)
+		}
+		s.Flush() // the writer's cost, not only the queueing
 	}
 }
