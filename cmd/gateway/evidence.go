@@ -436,6 +436,18 @@ func dirExists(p string) bool {
 	return err == nil && fi.IsDir()
 }
 
+// openReadOnly loads the config at path and opens its store read-only, for
+// the commands that only read evidence (query, export): like verify, they
+// never create or migrate a store.
+func openReadOnly(ctx context.Context, path string) (evidence.Store, error) {
+	cfg, err := loadToolConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	st, _, err := openStoreReadOnly(ctx, cfg)
+	return st, err
+}
+
 // openStoreReadOnly opens the configured store for reading only: no
 // directory, file or schema is created, nothing is migrated. It also
 // names the store for the report (never the database password).
@@ -478,7 +490,7 @@ func printVerify(w io.Writer, out verifyOutput) {
 		return
 	}
 	r := out.Report
-	if out.Problems != nil && len(out.Problems) == 1 && out.Problems[0].Kind == "missing_store" {
+	if len(out.Problems) == 1 && out.Problems[0].Kind == "missing_store" {
 		fmt.Fprintf(w, "FAIL missing_store: %s\n", out.Problems[0].Detail)
 		fmt.Fprintln(w, "FAIL: there is no evidence to verify: the store is missing or empty")
 		return
@@ -530,7 +542,7 @@ func cmdEvidenceQuery(ctx context.Context, args []string, stdout io.Writer) erro
 	if err := parsed(); err != nil {
 		return err
 	}
-	store, _, err := openConfiguredStore(ctx, *cfgPath)
+	store, err := openReadOnly(ctx, *cfgPath)
 	if err != nil {
 		return err
 	}
@@ -606,7 +618,7 @@ func cmdEvidenceExport(ctx context.Context, args []string, stdout io.Writer) err
 	if *format != "jsonl" && *format != "csv" {
 		return fmt.Errorf("--format must be jsonl or csv, got %q", *format)
 	}
-	store, _, err := openConfiguredStore(ctx, *cfgPath)
+	store, err := openReadOnly(ctx, *cfgPath)
 	if err != nil {
 		return err
 	}
