@@ -158,7 +158,7 @@ func startEvidenceServices(ctx context.Context, cfg config.Config, dev bool, st 
 		Spool: lateSpoolPath(cfg, st.instanceID), Logger: log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("late outcome spool: %w", err)
+		return nil, fmt.Errorf("late outcome spool (data_dir must be writable and local): %w", err)
 	}
 	ev := &evidenceServices{late: late, st: st, stopped: func() {}}
 	skey, err := signingKey(cfg, dev, log)
@@ -360,6 +360,9 @@ func runVerify(ctx context.Context, cfgPath, key string, external, dirs []string
 		}
 		opts.External = append(opts.External, b)
 	}
+	// Anchors are read before the store is opened: the store's snapshot is
+	// then at least as new as every anchor, so a gateway appending
+	// meanwhile never makes an anchor look ahead of the store.
 	explicit := len(dirs) > 0
 	if !explicit && cfg.Evidence.CheckpointDir != "" {
 		dirs, explicit = []string{cfg.Evidence.CheckpointDir}, true
