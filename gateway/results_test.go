@@ -3,8 +3,8 @@ package gateway
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"encoding/json"
+	"errors"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
