@@ -305,17 +305,25 @@ func (s *spool) syncTo(gen uint64) error {
 	if s.synced >= gen {
 		return nil
 	}
-	s.mu.Lock()
-	target, f := s.written, s.f
-	s.mu.Unlock()
-	if f == nil {
-		return errors.New("evidence: spool closed")
+	for try := 0; ; try++ {
+		s.mu.Lock()
+		target, f := s.written, s.f
+		s.mu.Unlock()
+		if f == nil {
+			return errors.New("evidence: spool closed")
+		}
+		err := f.Sync()
+		if errors.Is(err, os.ErrClosed) && try == 0 {
+			// A rewrite replaced the file meanwhile (it fsynced what it
+			// copied, this record included): sync the new one.
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("evidence: spool fsync: %w", err)
+		}
+		s.synced = target
+		return nil
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("evidence: spool fsync: %w", err)
-	}
-	s.synced = target
-	return nil
 }
 
 // rewrite replaces the file with the magic and the add records of live,
