@@ -17,6 +17,9 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 )
 
+// FinalPassTimeout bounds the checkpoint pass Run makes when it stops.
+const FinalPassTimeout = 10 * time.Second
+
 // CheckpointerOptions configure a Checkpointer.
 type CheckpointerOptions struct {
 	// Signer signs checkpoints (Ed25519 note key). Required.
@@ -73,13 +76,20 @@ func NewCheckpointer(l Ledger, opts CheckpointerOptions) (*Checkpointer, error) 
 	return &Checkpointer{l: l, opts: opts}, nil
 }
 
-// Run passes every Interval until ctx ends, leading when it can.
+// Run passes every Interval until ctx ends, leading when it can. When ctx
+// ends while it leads, it makes one last pass (bounded by FinalPassTimeout)
+// so what the process wrote last is signed too: stop the writers first.
 func (c *Checkpointer) Run(ctx context.Context) {
 	t := time.NewTicker(c.opts.Interval)
 	defer t.Stop()
 	var release func()
 	defer func() {
 		if release != nil {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), FinalPassTimeout)
+			if _, err := c.Pass(fctx); err != nil {
+				c.opts.Logger.Error("evidence checkpoint: final pass at shutdown failed; the next leader signs the rest", "error", err.Error())
+			}
+			cancel()
 			release()
 		}
 	}()

@@ -80,6 +80,14 @@ var (
 	ErrInvalidEvent = errors.New("evidence: invalid event")
 	// ErrClosed means the Writer was closed before the events were taken.
 	ErrClosed = errors.New("evidence: writer closed")
+	// ErrNoStore means there is no evidence store where one was expected:
+	// the database is missing, empty or holds no evidence schema. Opening
+	// a store for verification returns it instead of creating one.
+	ErrNoStore = errors.New("evidence: no evidence store")
+	// ErrSchemaMismatch means the store's schema is not the one this
+	// binary knows (older: run `gateway migrate`; newer: use the newer
+	// binary). Verification never migrates.
+	ErrSchemaMismatch = errors.New("evidence: store schema version does not match this binary")
 	// ErrChainBroken means a hash chain does not verify: an event was
 	// altered, removed, reordered or inserted.
 	ErrChainBroken = errors.New("evidence: hash chain broken")

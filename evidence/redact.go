@@ -81,9 +81,15 @@ func Redact(args map[string]any) map[string]any {
 	if args == nil {
 		return nil
 	}
-	out, _ := redactValue(args).(map[string]any)
+	out, _ := redactValue(args, true).(map[string]any)
 	return out
 }
+
+// RedactOutput returns a deep copy of a tool's output (any JSON value) with
+// the same redaction as Redact but no cut of long strings: the copy is
+// kept for the caller to read back (read_tool_result), bounded as a whole
+// by its store instead. The input is never modified.
+func RedactOutput(v any) any { return redactValue(v, false) }
 
 // ArgsDigest is the SHA-256 hex of the caller's raw input bytes: it lets an
 // auditor holding the original prove which input a receipt is about, though
@@ -102,12 +108,12 @@ func SecretField(name string) bool {
 	return secretFieldNames[n]
 }
 
-func redactValue(v any) any {
+func redactValue(v any, trunc bool) any {
 	switch x := v.(type) {
 	case nil, bool, float64, float32, int, int64, int32, uint, uint64, uint32, json.Number:
 		return x
 	case string:
-		return RedactString(x)
+		return redactString(x, trunc)
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, val := range x {
@@ -118,7 +124,7 @@ func redactValue(v any) any {
 			case strings.EqualFold(k, "env"):
 				v = redactEnv(val)
 			default:
-				v = redactValue(val)
+				v = redactValue(val, trunc)
 			}
 			out[uniqueKey(out, RedactString(k))] = v
 		}
@@ -128,15 +134,15 @@ func redactValue(v any) any {
 		for k, s := range x {
 			m[k] = s
 		}
-		return redactValue(m)
+		return redactValue(m, trunc)
 	case []any:
-		return redactList(x)
+		return redactList(x, trunc)
 	case []string:
 		l := make([]any, len(x))
 		for i, s := range x {
 			l[i] = s
 		}
-		return redactList(l)
+		return redactList(l, trunc)
 	default:
 		// Anything else is brought to its JSON form first, so no type
 		// slips through unredacted.
@@ -148,7 +154,7 @@ func redactValue(v any) any {
 		if err := json.Unmarshal(b, &generic); err != nil {
 			return Redacted
 		}
-		return redactValue(generic)
+		return redactValue(generic, trunc)
 	}
 }
 
@@ -168,7 +174,7 @@ func uniqueKey(m map[string]any, k string) string {
 
 // redactList redacts each element and, argv style, the element after a
 // secret-shaped flag (--password hunter2).
-func redactList(l []any) []any {
+func redactList(l []any, trunc bool) []any {
 	out := make([]any, len(l))
 	secretNext := false
 	for i, v := range l {
@@ -184,7 +190,7 @@ func redactList(l []any) []any {
 				secretNext = true
 			}
 		}
-		out[i] = redactValue(v)
+		out[i] = redactValue(v, trunc)
 	}
 	return out
 }
@@ -224,8 +230,10 @@ func redactEnv(v any) any {
 
 // RedactString rewrites secret-looking substrings of s and replaces strings
 // longer than MaxArgsString bytes by a digest marker.
-func RedactString(s string) string {
-	if len(s) > MaxArgsString {
+func RedactString(s string) string { return redactString(s, true) }
+
+func redactString(s string, trunc bool) string {
+	if trunc && len(s) > MaxArgsString {
 		sum := sha256.Sum256([]byte(s))
 		return fmt.Sprintf("[TRUNCATED sha256=%s bytes=%d]", hex.EncodeToString(sum[:]), len(s))
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,9 +15,10 @@ import (
 
 // Problem is one thing verification found wrong, precise enough to act on.
 type Problem struct {
-	// Kind classifies it: altered_event, missing_sequence, deleted_tail,
-	// chain_link, not_in_tree, tree_mismatch, forged_checkpoint,
-	// checkpoint_mismatch, external_checkpoint.
+	// Kind classifies it: empty_store, altered_event, missing_sequence,
+	// deleted_tail, chain_link, chain_head, not_in_tree, tree_mismatch,
+	// forged_checkpoint, checkpoint_mismatch, external_checkpoint,
+	// rule_index, rollup.
 	Kind   string `json:"kind"`
 	Detail string `json:"detail"`
 }
@@ -33,12 +35,35 @@ type Report struct {
 	Retained int64 `json:"retained"`
 	// RetainedBefore is the newest bound of a verified retention event:
 	// events older than it may have been dropped (RFC 3339; empty: none).
-	RetainedBefore string    `json:"retained_before,omitempty"`
-	Problems       []Problem `json:"problems"`
+	RetainedBefore string `json:"retained_before,omitempty"`
+	// Passed is OK(), for the JSON report.
+	Passed bool `json:"ok"`
+	// Anchored says whether anything kept outside the database (an
+	// external checkpoint or chain head, VerifyOptions) was checked. When
+	// false, the result is internal consistency only: a rollback of the
+	// whole store to an earlier consistent copy, or the deletion of events
+	// no checkpoint in the store covers, would not show.
+	Anchored bool `json:"anchored"`
+	// AnchoredSize is the largest external checkpoint's tree size: the
+	// store's first AnchoredSize leaves are pinned by it.
+	AnchoredSize int64 `json:"anchored_size"`
+	// AnchorCheckpoints and AnchorHeads count the anchors checked.
+	AnchorCheckpoints int `json:"anchor_checkpoints"`
+	AnchorHeads       int `json:"anchor_heads"`
+	// Checks lists the derived-data checks that ran (rule_index, rollup)
+	// or why one did not ("rollup: skipped, ...").
+	Checks   []string  `json:"checks,omitempty"`
+	Problems []Problem `json:"problems"`
 }
 
 // OK reports whether nothing was wrong.
 func (r *Report) OK() bool { return len(r.Problems) == 0 }
+
+// seqKey names one event by its place in a chain.
+type seqKey struct {
+	chain uuid.UUID
+	seq   int64
+}
 
 func (r *Report) add(kind, format string, args ...any) {
 	r.Problems = append(r.Problems, Problem{Kind: kind, Detail: fmt.Sprintf(format, args...)})
@@ -51,16 +76,76 @@ type VerifyOptions struct {
 	// External are checkpoints kept outside the database (signed notes):
 	// the store's tree must extend each one.
 	External [][]byte
+	// Heads are chain heads kept outside the database (signed notes,
+	// SignChainHead): the store must hold each one's event.
+	Heads [][]byte
 }
 
-// Verify checks everything the store holds: each chain recomputes and
-// links to its predecessor, the tree holds every checkpointed event at its
-// place, the tree recomputes to every stored checkpoint, each checkpoint is
-// signed by the key, and the tree extends every external checkpoint. Store
-// failures are returned as errors; evidence problems are listed in the
-// report. Memory: one chain's events at a time plus 32 bytes per event.
+// IndexChecker is implemented by stores with derived tables that must
+// match the events (SQLite's evidence_rule_ids, which `?rule=` reads):
+// Verify reports what it finds as problems.
+type IndexChecker interface {
+	CheckIndexes(ctx context.Context) ([]Problem, error)
+}
+
+// RollupReader is implemented by stores that keep the checkpointer's hourly
+// counts: Verify recomputes them from the checkpointed decisions.
+type RollupReader interface {
+	RollupCells(ctx context.Context) ([]RollupCell, []RuleRollupCell, error)
+}
+
+// Verify checks everything the store holds: it holds events at all, each
+// chain recomputes and links to its predecessor, the tree holds every
+// checkpointed event at its place, the tree recomputes to every stored
+// checkpoint, each checkpoint is signed by the key, the tree extends every
+// external checkpoint, the store holds the event of every external chain
+// head, and derived tables (rule index, hourly counts) match the events.
+// Store failures are returned as errors; evidence problems are listed in
+// the report. Memory: one chain's events at a time plus 32 bytes per event.
 func Verify(ctx context.Context, l Ledger, opts VerifyOptions) (*Report, error) {
+	r, err := verify(ctx, l, opts)
+	if r != nil {
+		r.Passed = r.OK()
+	}
+	return r, err
+}
+
+func verify(ctx context.Context, l Ledger, opts VerifyOptions) (*Report, error) {
 	r := &Report{Problems: []Problem{}}
+	// Anchors are opened first: their signatures do not depend on the
+	// store, and the leaf walk checks external checkpoints as it goes.
+	extAt := map[int64][]Checkpoint{}
+	for i, ext := range opts.External {
+		cp, err := OpenCheckpoint(ext, opts.VerifierKey)
+		if err != nil {
+			r.add("forged_checkpoint", "external checkpoint %d: %v", i+1, err)
+			continue
+		}
+		r.AnchorCheckpoints++
+		r.AnchoredSize = max(r.AnchoredSize, cp.Size)
+		extAt[cp.Size] = append(extAt[cp.Size], cp)
+	}
+	var heads []ChainHeadNote
+	headLeaves := map[seqKey]headLeaf{}
+	for i, b := range opts.Heads {
+		h, err := OpenChainHead(b, opts.VerifierKey)
+		if err != nil {
+			r.add("forged_checkpoint", "external chain head %d: %v", i+1, err)
+			continue
+		}
+		heads = append(heads, h)
+		headLeaves[seqKey{h.ChainID, h.Seq}] = headLeaf{}
+	}
+	r.AnchorHeads = len(heads)
+	r.Anchored = r.AnchorCheckpoints+r.AnchorHeads > 0
+	rollups, rollupsOK := l.(RollupReader)
+	var (
+		cells     map[RollupKey]int64
+		ruleCells map[RuleRollupKey]int64
+	)
+	if rollupsOK {
+		cells, ruleCells = map[RollupKey]int64{}, map[RuleRollupKey]int64{}
+	}
 	chains, err := l.Chains(ctx)
 	if err != nil {
 		return nil, err
@@ -88,10 +173,6 @@ func Verify(ctx context.Context, l Ledger, opts VerifyOptions) (*Report, error) 
 	)
 	// expect holds, by (chain, seq), event hashes that other stored events
 	// claim for events retention dropped: the tree's leaf must match.
-	type seqKey struct {
-		chain uuid.UUID
-		seq   int64
-	}
 	expect := map[seqKey][][]byte{}
 	var retainedBefore time.Time
 	// cut: chains whose walk stopped at a break (already reported).
@@ -153,6 +234,18 @@ func Verify(ctx context.Context, l Ledger, opts VerifyOptions) (*Report, error) 
 					retainedBefore = body.Before
 				}
 			}
+			if cells != nil && e.Kind == KindDecision && e.ChainSeq <= treeHeads[ch.ChainID] {
+				// A decision is counted when it becomes a leaf
+				// (Checkpointer.Pass), and a chain's leaves are its
+				// sequences 1..tree head.
+				hour := e.Time.UTC().Truncate(time.Hour)
+				cells[RollupKey{Hour: hour, PrincipalID: e.PrincipalID, Tool: e.Tool, Decision: e.Decision}]++
+				for i, id := range e.RuleIDs {
+					if !slices.Contains(e.RuleIDs[:i], id) {
+						ruleCells[RuleRollupKey{Hour: hour, RuleID: id}]++
+					}
+				}
+			}
 			hs = append(hs, e.Hash)
 			prev = e.Hash
 		}
@@ -163,6 +256,9 @@ func Verify(ctx context.Context, l Ledger, opts VerifyOptions) (*Report, error) 
 	}
 	if !retainedBefore.IsZero() {
 		r.RetainedBefore = retainedBefore.UTC().Format(time.RFC3339)
+	}
+	if r.Events == 0 {
+		r.add("empty_store", "the store holds no evidence events: it was emptied, or never written")
 	}
 	// Gaps: without a retention event, or where the missing events never
 	// reached the tree (so their times are unknown), they are deletions.
@@ -230,7 +326,6 @@ func Verify(ctx context.Context, l Ledger, opts VerifyOptions) (*Report, error) 
 	}
 	r.Checkpoints = len(cps)
 	var b RootBuilder
-	dropped := map[int64]tlog.Hash{}
 	next := 0
 	checkAt := func() {
 		for next < len(cps) && cps[next].Size == b.Size() {
@@ -250,6 +345,7 @@ func Verify(ctx context.Context, l Ledger, opts VerifyOptions) (*Report, error) 
 		}
 	}
 	const page = 10000
+walk:
 	for from := int64(0); ; {
 		ls, err := l.Leaves(ctx, from, page)
 		if err != nil {
@@ -271,7 +367,7 @@ func Verify(ctx context.Context, l Ledger, opts VerifyOptions) (*Report, error) 
 		for _, lf := range ls {
 			if lf.Index != b.Size() {
 				r.add("tree_mismatch", "leaf %d is missing from the tree table", b.Size())
-				return r, nil
+				break walk
 			}
 			leaf, ok := leafOf(hashes, lf)
 			if !ok {
@@ -282,11 +378,13 @@ func Verify(ctx context.Context, l Ledger, opts VerifyOptions) (*Report, error) 
 					lf.EventTime.Before(retainedBefore) {
 					// Dropped by retention: the signed tree still holds it.
 					r.Retained++
-					dropped[lf.Index] = leaf
 					for _, want := range expect[seqKey{lf.ChainID, lf.ChainSeq}] {
 						if LeafHash(want) != leaf {
 							r.add("chain_link", "chain %s: the event after retained seq %d does not link to that leaf in the tree", lf.ChainID, lf.ChainSeq)
 						}
+					}
+					if _, ok := headLeaves[seqKey{lf.ChainID, lf.ChainSeq}]; ok {
+						headLeaves[seqKey{lf.ChainID, lf.ChainSeq}] = headLeaf{leaf: leaf, retained: true}
 					}
 				} else {
 					r.add("not_in_tree", "leaf %d: event %s (chain %s seq %d) is missing or altered in the store", lf.Index, lf.EventID, lf.ChainID, lf.ChainSeq)
@@ -294,6 +392,11 @@ func Verify(ctx context.Context, l Ledger, opts VerifyOptions) (*Report, error) 
 			}
 			b.Add(leaf)
 			checkAt()
+			for _, cp := range extAt[b.Size()] {
+				if root := b.Root(); root != cp.Root {
+					r.add("external_checkpoint", "external checkpoint of size %d: the store's first %d leaves no longer give its root", cp.Size, cp.Size)
+				}
+			}
 		}
 		if len(ls) < page {
 			break
@@ -311,23 +414,19 @@ func Verify(ctx context.Context, l Ledger, opts VerifyOptions) (*Report, error) 
 			r.add("tree_mismatch", "stored tree hashes give root %x…, the events %x…: proofs would not match", root[:6], want[:6])
 		}
 	}
-	for i, ext := range opts.External {
-		cp, err := OpenCheckpoint(ext, opts.VerifierKey)
-		if err != nil {
-			r.add("forged_checkpoint", "external checkpoint %d: %v", i+1, err)
-			continue
+	if r.AnchoredSize > b.Size() {
+		beyond := 0
+		for size, cps := range extAt {
+			if size > b.Size() {
+				beyond += len(cps)
+			}
 		}
-		if cp.Size > b.Size() {
-			r.add("external_checkpoint", "external checkpoint of size %d is beyond the store's tree (%d leaves): the log was rolled back or truncated", cp.Size, b.Size())
-			continue
-		}
-		root, err := rootAt(ctx, l, hashes, dropped, cp.Size)
-		if err != nil {
-			return nil, err
-		}
-		if root != cp.Root {
-			r.add("external_checkpoint", "external checkpoint of size %d: the store's first %d leaves no longer give its root", cp.Size, cp.Size)
-		}
+		r.add("external_checkpoint", "%d external checkpoint(s), the largest of size %d, are beyond the store's tree (%d leaves): the store was rolled back or truncated",
+			beyond, r.AnchoredSize, b.Size())
+	}
+	verifyHeads(r, heads, hashes, headLeaves)
+	if err := checkDerived(ctx, l, r, rollups, cells, ruleCells, retainedBefore); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -340,25 +439,72 @@ func leafOf(hashes map[uuid.UUID][][]byte, lf Leaf) (tlog.Hash, bool) {
 	return LeafHash(hs[lf.ChainSeq-1]), true
 }
 
-// rootAt recomputes the root of the first n leaves from the events.
-func rootAt(ctx context.Context, l Ledger, hashes map[uuid.UUID][][]byte, dropped map[int64]tlog.Hash, n int64) (tlog.Hash, error) {
-	var b RootBuilder
-	for from := int64(0); from < n; {
-		ls, err := l.Leaves(ctx, from, int(min(10000, n-from)))
+// checkDerived holds the store's derived tables against the events: its
+// own index checks (IndexChecker), then the hourly counts the
+// checkpointer keeps, recomputed from the checkpointed decisions walked
+// (hours before a retention bound are skipped: their events may be gone
+// while their counts stay). Counts are compared only when nothing else was
+// wrong, since a broken chain was not walked to its end.
+func checkDerived(ctx context.Context, l Ledger, r *Report, rollups RollupReader, cells map[RollupKey]int64,
+	ruleCells map[RuleRollupKey]int64, retainedBefore time.Time) error {
+	if ic, ok := l.(IndexChecker); ok {
+		ps, err := ic.CheckIndexes(ctx)
 		if err != nil {
-			return tlog.Hash{}, err
+			return err
 		}
-		if len(ls) == 0 {
-			break
-		}
-		for _, lf := range ls {
-			leaf, ok := leafOf(hashes, lf)
-			if !ok {
-				leaf = dropped[lf.Index]
-			}
-			b.Add(leaf)
-		}
-		from += int64(len(ls))
+		r.Problems = append(r.Problems, ps...)
+		r.Checks = append(r.Checks, "rule_index")
 	}
-	return b.Root(), nil
+	if rollups == nil {
+		return nil
+	}
+	if len(r.Problems) > 0 {
+		r.Checks = append(r.Checks, "rollup: skipped, the events did not verify")
+		return nil
+	}
+	stored, storedRules, err := rollups.RollupCells(ctx)
+	if err != nil {
+		return err
+	}
+	r.Checks = append(r.Checks, "rollup")
+	const maxReported = 5
+	bad := 0
+	report := func(format string, args ...any) {
+		bad++
+		if bad <= maxReported {
+			r.add("rollup", format, args...)
+		}
+	}
+	for _, c := range stored {
+		if c.Hour.Before(retainedBefore) {
+			continue
+		}
+		if want := cells[c.RollupKey]; c.N != want {
+			report("hourly count %s %s/%s/%s is %d, the checkpointed decisions give %d", c.Hour.Format(time.RFC3339), c.PrincipalID, c.Tool, c.Decision, c.N, want)
+		}
+		delete(cells, c.RollupKey)
+	}
+	for k, n := range cells {
+		if !k.Hour.Before(retainedBefore) {
+			report("hourly count %s %s/%s/%s is missing, the checkpointed decisions give %d", k.Hour.Format(time.RFC3339), k.PrincipalID, k.Tool, k.Decision, n)
+		}
+	}
+	for _, c := range storedRules {
+		if c.Hour.Before(retainedBefore) {
+			continue
+		}
+		if want := ruleCells[c.RuleRollupKey]; c.N != want {
+			report("hourly count of rule %q at %s is %d, the checkpointed decisions give %d", c.RuleID, c.Hour.Format(time.RFC3339), c.N, want)
+		}
+		delete(ruleCells, c.RuleRollupKey)
+	}
+	for k, n := range ruleCells {
+		if !k.Hour.Before(retainedBefore) {
+			report("hourly count of rule %q at %s is missing, the checkpointed decisions give %d", k.RuleID, k.Hour.Format(time.RFC3339), n)
+		}
+	}
+	if bad > maxReported {
+		r.add("rollup", "%d more hourly counts do not match the checkpointed decisions", bad-maxReported)
+	}
+	return nil
 }

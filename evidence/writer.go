@@ -55,6 +55,8 @@ type Writer struct {
 	done   chan struct{}
 
 	healthy atomic.Bool
+	// last is the last committed chain event, for HeadRecorder.
+	last atomic.Pointer[chainHead]
 
 	// Chain state, owned by the loop goroutine.
 	chainID uuid.UUID
@@ -466,7 +468,19 @@ func (w *Writer) commitEvents(ctx context.Context, batch []*request, n int) erro
 		return err
 	}
 	w.chainID, w.seq, w.head, w.started = chainID, seq, head, true
+	w.last.Store(&chainHead{chainID: chainID, seq: seq, hash: head})
 	return nil
+}
+
+// Head returns the last chain event this writer committed (ok false
+// before its first commit): what a HeadRecorder copies outside the
+// database.
+func (w *Writer) Head() (chainID uuid.UUID, seq int64, hash []byte, ok bool) {
+	h := w.last.Load()
+	if h == nil {
+		return uuid.Nil, 0, nil, false
+	}
+	return h.chainID, h.seq, h.hash, true
 }
 
 // chainStart builds the first event of a new chain, linked to the head of
@@ -520,6 +534,11 @@ func RecoverInterrupted(ctx context.Context, store Store, w *Writer, instanceID 
 	if err != nil {
 		return 0, fmt.Errorf("evidence: list pending decisions of %q: %w", instanceID, err)
 	}
+	return recoverPending(ctx, w, pending)
+}
+
+// recoverPending gives each receipt the outcome "interrupted".
+func recoverPending(ctx context.Context, w *Writer, pending []uuid.UUID) (int, error) {
 	done := 0
 	const chunk = 500
 	for len(pending) > 0 {

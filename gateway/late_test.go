@@ -13,7 +13,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/evidence"
@@ -143,7 +142,15 @@ func TestLateOutcomes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			st := newFlakyStore()
-			st.fail = tc.fail
+			var attempted atomic.Value // the receipt id of the decision written
+			st.fail = func(ev []evidence.Event) (bool, error) {
+				for _, e := range ev {
+					if e.Kind == evidence.KindDecision {
+						attempted.Store(e.ReceiptID)
+					}
+				}
+				return tc.fail(ev)
+			}
 			var now atomic.Int64
 			now.Store(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC).UnixNano())
 			reg := prometheus.NewRegistry()
@@ -164,17 +171,7 @@ func TestLateOutcomes(t *testing.T) {
 			if tc.wantStatus == http.StatusOK && resp.Output.Metadata["evidence_outcome"] != "unrecorded" {
 				t.Errorf("metadata = %v, want evidence_outcome unrecorded", resp.Output.Metadata)
 			}
-			var id uuid.UUID
-			for _, e := range st.events {
-				if e.Kind == evidence.KindDecision {
-					id = e.ReceiptID
-				}
-			}
-			if tc.name == "decision never committed" {
-				s.late.maybe.mu.Lock()
-				id = s.late.maybe.items[0].event.ReceiptID
-				s.late.maybe.mu.Unlock()
-			}
+			id, _ := attempted.Load().(uuid.UUID)
 
 			// While the store is unhealthy nothing is tried.
 			if n := s.FlushLate(context.Background()); n != 1 || len(st.outcomes(id)) > 1 {
@@ -186,12 +183,12 @@ func TestLateOutcomes(t *testing.T) {
 			}
 
 			// Healthy again, but only just: nothing is tried until the
-			// store has answered for lateSettle.
+			// store has answered for evidence.LateSettle.
 			st.healthy.Store(true)
 			if n := s.FlushLate(context.Background()); n != 1 {
 				t.Fatalf("FlushLate right after recovery left %d queued, want 1", n)
 			}
-			now.Add(int64(lateSettle))
+			now.Add(int64(evidence.LateSettle))
 			left := s.FlushLate(context.Background())
 			if tc.wantStatus != http.StatusOK {
 				// A "did not run" outcome waits out the decision write's
@@ -223,11 +220,7 @@ func TestLateOutcomes(t *testing.T) {
 					t.Errorf("outcome %s/%q, want %s/%q", o.Status, gotCode, tc.wantOutcome, tc.wantCode)
 				}
 			}
-			var m dto.Metric
-			if err := s.metrics.lateOutcomes.WithLabelValues(tc.wantMetric).Write(&m); err != nil {
-				t.Fatal(err)
-			}
-			if n := m.GetCounter().GetValue(); n != 1 {
+			if n := s.late.Counts()[tc.wantMetric]; n != 1 {
 				t.Errorf("portcullis_evidence_late_outcomes_total{result=%q} = %v, want 1", tc.wantMetric, n)
 			}
 		})
@@ -257,12 +250,12 @@ func TestLateOutcomesStoreStillFailing(t *testing.T) {
 		}
 	}
 	st.fail = func([]evidence.Event) (bool, error) { return false, errDown }
-	now.Add(int64(lateSettle))
+	now.Add(int64(evidence.LateSettle))
 	if n := s.FlushLate(context.Background()); n != 3 {
 		t.Fatalf("FlushLate with the store failing left %d queued, want 3", n)
 	}
 	st.fail = nil
-	now.Add(int64(lateSettle)) // the failed attempt counts as a failure of the store
+	now.Add(int64(evidence.LateSettle)) // the failed attempt counts as a failure of the store
 	if n := s.FlushLate(context.Background()); n != 0 {
 		t.Fatalf("FlushLate after recovery left %d queued", n)
 	}
@@ -284,19 +277,19 @@ func TestLateOutcomesFloodKeepsKnown(t *testing.T) {
 	t.Parallel()
 	st := newFlakyStore()
 	s := New(Options{Policy: fakePolicy{allow: true}, Evidence: st, Receipts: st, InstanceID: "test"})
-	known := evidence.Event{ID: uuid.New(), ReceiptID: uuid.New(), Kind: evidence.KindOutcome, Outcome: &wire.Outcome{Status: wire.StatusSucceeded}}
-	s.queueLate(known, false)
-	for range lateMax + 5 {
+	ran := evidence.Event{ID: uuid.New(), ReceiptID: uuid.New(), Kind: evidence.KindOutcome, Outcome: &wire.Outcome{Status: wire.StatusSucceeded}}
+	s.queueLate(ran, false)
+	for range evidence.LateMax + 5 {
 		s.queueLate(s.notRunOutcome(&record{id: uuid.New()}), true)
 	}
-	if n := s.late.known.len(); n != 1 {
-		t.Fatalf("%d known outcomes queued after the flood, want 1", n)
+	known, maybe := s.late.Pending()
+	if known != 1 {
+		t.Fatalf("%d known outcomes queued after the flood, want 1", known)
 	}
-	if n := s.late.maybe.len(); n != lateMax {
-		t.Errorf("%d did-not-run outcomes queued, want the bound %d", n, lateMax)
+	if maybe != evidence.LateMax {
+		t.Errorf("%d did-not-run outcomes queued, want the bound %d", maybe, evidence.LateMax)
 	}
-	var m dto.Metric
-	if err := s.metrics.lateOutcomes.WithLabelValues("overflow").Write(&m); err != nil || m.GetCounter().GetValue() != 5 {
-		t.Errorf("overflow = %v (%v), want 5", m.GetCounter().GetValue(), err)
+	if n := s.late.Counts()["overflow"]; n != 5 {
+		t.Errorf("overflow = %v, want 5", n)
 	}
 }

@@ -155,6 +155,7 @@ func (s *Server) governedCall(ctx context.Context, p wire.Principal, body []byte
 		// Tools that run code (code.run) call other tools through this:
 		// each nested call is decided and recorded like any other.
 		ctx = backends.WithDispatcher(ctx, &nested{s: s, principal: p, parent: rec.id, session: rec.req.SessionID, depth: depth + 1})
+		ctx = backends.WithCaller(ctx, backends.Caller{PrincipalID: p.ID, SessionID: rec.req.SessionID, ReceiptID: receiptID})
 		return call.Run(ctx, scope), nil
 	})
 	if res.Output.Metadata == nil {
@@ -174,6 +175,7 @@ func (s *Server) governedCall(ctx context.Context, p wire.Principal, body []byte
 		res.Output.Metadata["evidence_outcome"] = "unrecorded"
 		s.queueLate(outcome, false)
 	}
+	s.keepResult(ctx, rec, tool.Name(), res) // for read_tool_result (results.go)
 
 	status := http.StatusOK
 	if res.Output.Error != nil {

@@ -89,6 +89,13 @@ type Options struct {
 	// naming a request's client in logs and spans; empty: the TCP peer,
 	// always (see clientIP).
 	TrustedProxies []*net.IPNet
+	// Results keeps finished calls' outputs for read_tool_result; nil
+	// keeps none.
+	Results ResultKeeper
+	// Late keeps the outcomes the store did not take and records them
+	// later; serve gives one with a spool on disk (evidence.OpenLateOutcomes).
+	// Nil: one in memory only, over Evidence and Receipts.
+	Late *evidence.LateOutcomes
 	// MCPAllowedOrigins lists the browser origins (scheme://host[:port])
 	// that may call /mcp. Requests carrying any other Origin header are
 	// refused, which defeats DNS rebinding; clients that send no Origin
@@ -106,7 +113,9 @@ type Server struct {
 	toolList []string
 	metrics  *metrics
 	mcp      *mcpSessions
-	late     lateOutcomes
+	late     *evidence.LateOutcomes
+	// resultGrants caches who may read results back (results.go).
+	resultGrants resultGrants
 }
 
 // New builds the server and its routes.
@@ -139,6 +148,11 @@ func New(opts Options) *Server {
 		tools:   map[string]backends.Tool{},
 		metrics: newMetrics(opts.Registry),
 	}
+	s.late = opts.Late
+	if s.late == nil {
+		s.late = newLate(opts)
+	}
+	opts.Registry.MustRegister(newLateCollector(s.late))
 	for _, t := range opts.Tools {
 		s.tools[t.Name()] = t
 		s.toolList = append(s.toolList, t.Name())

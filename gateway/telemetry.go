@@ -53,7 +53,6 @@ type metrics struct {
 	duration         *prometheus.HistogramVec
 	decisionDuration prometheus.Histogram
 	evidenceFailures prometheus.Counter
-	lateOutcomes     *prometheus.CounterVec
 	authFailures     prometheus.Counter
 }
 
@@ -73,14 +72,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		evidenceFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "portcullis_evidence_write_failures_total", Help: "Evidence writes that did not become durable.",
 		}),
-		lateOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "portcullis_evidence_late_outcomes_total",
-			Help: "Outcomes recorded after their first write failed, by result: recorded, already_recorded, no_decision (the refused call's decision never committed), refused (the store refused it 3 times), overflow (queue full: left to the next start).",
-		}, []string{"result"}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "portcullis_auth_failures_total", Help: "Requests with a missing or unknown API key.",
 		}),
 	}
-	reg.MustRegister(m.calls, m.duration, m.decisionDuration, m.evidenceFailures, m.lateOutcomes, m.authFailures)
+	reg.MustRegister(m.calls, m.duration, m.decisionDuration, m.evidenceFailures, m.authFailures)
 	return m
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/portcullis/portcullis/backends/exectool"
 	"github.com/portcullis/portcullis/backends/fstool"
 	"github.com/portcullis/portcullis/backends/httpget"
+	"github.com/portcullis/portcullis/backends/readresult"
 	"github.com/portcullis/portcullis/bundles"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/postgres"
@@ -84,21 +85,18 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer st.close()
-	stopEvidence, auditor, err := startEvidenceServices(ctx, cfg, f.dev, st.store, log)
+	ev, err := startEvidenceServices(ctx, cfg, f.dev, st, log)
 	if err != nil {
 		return err
 	}
-	defer stopEvidence()
+	defer ev.stop()
 	// Everything that reads the environment has (config, Deno path,
 	// tracing): the secrets in it go.
 	if names := scrubEnv(); len(names) > 0 {
 		log.Info("secret-shaped and PORTCULLIS_* variables removed from the gateway's environment after reading", "names", names)
 	}
-
-	if n, err := evidence.RecoverInterrupted(ctx, st.store, st.writer, st.instanceID); err != nil {
-		return fmt.Errorf("marking interrupted calls: %w", err)
-	} else if n > 0 {
-		log.Warn("calls left pending by a previous run marked interrupted", "count", n, "instance_id", st.instanceID)
+	if err := ev.recover(ctx, log); err != nil {
+		return err
 	}
 
 	reg := prometheus.NewRegistry()
@@ -118,9 +116,8 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Keys: keys, Policy: st.decider(), Evidence: st.writer, Receipts: st.store, Tools: st.tools,
 		InstanceID: st.instanceID, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registry: reg,
 		OpenAPI: gateway.OpenAPIDocument, PolicyRevision: st.revision, MCPAllowedOrigins: cfg.MCP.AllowedOrigins,
-		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: auditor, TrustedProxies: proxies,
-		// A call's write may queue behind one commit that times out.
-		EvidenceTimeout: 2*cfg.Evidence.CommitTimeout.Std() + time.Second,
+		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: ev.auditor, TrustedProxies: proxies,
+		Late: ev.late, EvidenceTimeout: evidenceTimeout(cfg), Results: keeperOf(st.tools),
 	})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -172,7 +169,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Error("shutdown did not finish in time", "err", err)
 	}
 	if n := srv.FlushLate(sctx); n > 0 {
-		log.Warn("outcomes not recorded before stopping: the next start marks their calls interrupted", "count", n)
+		log.Warn("outcomes not recorded before stopping: they stay in the spool and the next start records them", "count", n)
 	}
 	if err := st.writer.Close(sctx); err != nil {
 		log.Error("flushing evidence", "err", err)
@@ -206,6 +203,10 @@ func loadServeConfig(f serveFlags) (config.Config, []devKey, error) {
 	if f.dev {
 		if f.configPath == "" && os.Getenv("PORTCULLIS_POLICY_BUNDLE") == "" {
 			cfg.Policy.Bundle = config.ShippedBundle
+		}
+		if cfg.Evidence.CheckpointDir == "" {
+			// Anchors for `evidence verify` (see devCheckpointDir).
+			cfg.Evidence.CheckpointDir = filepath.Join(cfg.DataDir, devCheckpointDir)
 		}
 		for _, role := range []string{wire.RoleAgent, wire.RoleAuditor, wire.RoleAdmin} {
 			k, err := newAPIKey()
@@ -451,6 +452,10 @@ func reloadOnHUP(ctx context.Context, st *stack, log *slog.Logger) {
 func newTools(cfg config.Config, runner exectool.Runner, log *slog.Logger) []backends.Tool {
 	tools := []backends.Tool{exectool.New(exectool.Options{Runner: runner, Logger: log})}
 	tools = append(tools, fstool.Tools(fstool.Options{Logger: log})...)
-	return append(tools, httpget.New(httpget.Options{Logger: log}),
+	tools = append(tools, httpget.New(httpget.Options{Logger: log}),
 		coderun.New(coderun.Options{Runner: runner, Deno: denoPath(cfg), Logger: log}))
+	if rs := resultStore(cfg, log); rs != nil {
+		tools = append(tools, readresult.New(rs))
+	}
+	return tools
 }

@@ -30,6 +30,9 @@ func (s *Store) HoldEvents(ctx context.Context) ([]evidence.Event, error) {
 // dies with the connection, so a crashed retention run or placement never
 // leaves holds locked.
 func (s *Store) LockHolds(ctx context.Context) (func(), error) {
+	if s.ro != nil {
+		return nil, errReadOnly
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("evidence/postgres: legal hold lock: %w", classify(err))

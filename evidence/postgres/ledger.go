@@ -32,7 +32,7 @@ func scanChains(rows pgx.Rows) ([]evidence.ChainInfo, error) {
 
 // Chains lists every chain in the events (a full scan; for verify).
 func (s *Store) Chains(ctx context.Context) ([]evidence.ChainInfo, error) {
-	rows, err := s.pool.Query(ctx, "SELECT chain_id, max(chain_seq) FROM evidence_events GROUP BY chain_id ORDER BY chain_id")
+	rows, err := s.q.Query(ctx, "SELECT chain_id, max(chain_seq) FROM evidence_events GROUP BY chain_id ORDER BY chain_id")
 	if err != nil {
 		return nil, fmt.Errorf("evidence/postgres: chains: %w", classify(err))
 	}
@@ -47,7 +47,7 @@ func (s *Store) Chains(ctx context.Context) ([]evidence.ChainInfo, error) {
 // highest sequence: index probes only (evidence_events_chain_start and
 // evidence_events_chain), never a scan of the events.
 func (s *Store) ActiveChains(ctx context.Context) ([]evidence.ChainInfo, error) {
-	rows, err := s.pool.Query(ctx, `SELECT c.chain_id,
+	rows, err := s.q.Query(ctx, `SELECT c.chain_id,
 		(SELECT e.chain_seq FROM evidence_events e WHERE e.chain_id = c.chain_id ORDER BY e.chain_seq DESC LIMIT 1)
 		FROM evidence_events c WHERE c.kind = 'chain_start'`)
 	if err != nil {
@@ -82,10 +82,10 @@ func (s *Store) EventsOfReceipt(ctx context.Context, id uuid.UUID) ([]evidence.E
 // TreeHeads returns the tree size and each chain's last sequence in it.
 func (s *Store) TreeHeads(ctx context.Context) (int64, map[uuid.UUID]int64, error) {
 	var size int64
-	if err := s.pool.QueryRow(ctx, "SELECT coalesce(max(leaf_index) + 1, 0) FROM evidence_tree").Scan(&size); err != nil {
+	if err := s.q.QueryRow(ctx, "SELECT coalesce(max(leaf_index) + 1, 0) FROM evidence_tree").Scan(&size); err != nil {
 		return 0, nil, fmt.Errorf("evidence/postgres: tree size: %w", classify(err))
 	}
-	rows, err := s.pool.Query(ctx, "SELECT chain_id, max(chain_seq) FROM evidence_tree GROUP BY chain_id")
+	rows, err := s.q.Query(ctx, "SELECT chain_id, max(chain_seq) FROM evidence_tree GROUP BY chain_id")
 	if err != nil {
 		return 0, nil, fmt.Errorf("evidence/postgres: tree heads: %w", classify(err))
 	}
@@ -103,7 +103,7 @@ func (s *Store) TreeHeads(ctx context.Context) (int64, map[uuid.UUID]int64, erro
 // ReadHashes returns stored tree hashes by index; a missing one is an
 // error (tlog asks only for hashes that must exist).
 func (s *Store) ReadHashes(ctx context.Context, indexes []int64) ([]tlog.Hash, error) {
-	rows, err := s.pool.Query(ctx, "SELECT idx, hash FROM evidence_tree_hashes WHERE idx = ANY($1)", indexes)
+	rows, err := s.q.Query(ctx, "SELECT idx, hash FROM evidence_tree_hashes WHERE idx = ANY($1)", indexes)
 	if err != nil {
 		return nil, fmt.Errorf("evidence/postgres: read tree hashes: %w", classify(err))
 	}
@@ -137,6 +137,9 @@ func (s *Store) ReadHashes(ctx context.Context, indexes []int64) ([]tlog.Hash, e
 
 // AppendTree commits one checkpointer pass in one transaction.
 func (s *Store) AppendTree(ctx context.Context, a evidence.TreeAppend) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("evidence/postgres: append tree: %w", classify(err))
@@ -198,7 +201,7 @@ func scanCheckpoints(rows pgx.Rows) ([]evidence.StoredCheckpoint, error) {
 
 // Checkpoints lists stored checkpoints, smallest first.
 func (s *Store) Checkpoints(ctx context.Context) ([]evidence.StoredCheckpoint, error) {
-	rows, err := s.pool.Query(ctx, "SELECT tree_size, root_hash, note, created_at FROM evidence_checkpoints ORDER BY tree_size")
+	rows, err := s.q.Query(ctx, "SELECT tree_size, root_hash, note, created_at FROM evidence_checkpoints ORDER BY tree_size")
 	if err != nil {
 		return nil, fmt.Errorf("evidence/postgres: checkpoints: %w", classify(err))
 	}
@@ -211,7 +214,7 @@ func (s *Store) Checkpoints(ctx context.Context) ([]evidence.StoredCheckpoint, e
 
 // LatestCheckpoint returns the largest checkpoint or evidence.ErrNotFound.
 func (s *Store) LatestCheckpoint(ctx context.Context) (evidence.StoredCheckpoint, error) {
-	rows, err := s.pool.Query(ctx, "SELECT tree_size, root_hash, note, created_at FROM evidence_checkpoints ORDER BY tree_size DESC LIMIT 1")
+	rows, err := s.q.Query(ctx, "SELECT tree_size, root_hash, note, created_at FROM evidence_checkpoints ORDER BY tree_size DESC LIMIT 1")
 	if err != nil {
 		return evidence.StoredCheckpoint{}, fmt.Errorf("evidence/postgres: latest checkpoint: %w", classify(err))
 	}
@@ -239,7 +242,7 @@ func scanLeaves(rows pgx.Rows) ([]evidence.Leaf, error) {
 
 // LeafOf returns the leaf of an event or evidence.ErrNotFound.
 func (s *Store) LeafOf(ctx context.Context, eventID uuid.UUID) (evidence.Leaf, error) {
-	rows, err := s.pool.Query(ctx, "SELECT leaf_index, event_id, event_ts, chain_id, chain_seq FROM evidence_tree WHERE event_id = $1", pgUUID(eventID))
+	rows, err := s.q.Query(ctx, "SELECT leaf_index, event_id, event_ts, chain_id, chain_seq FROM evidence_tree WHERE event_id = $1", pgUUID(eventID))
 	if err != nil {
 		return evidence.Leaf{}, fmt.Errorf("evidence/postgres: leaf of %s: %w", eventID, classify(err))
 	}
@@ -255,7 +258,7 @@ func (s *Store) LeafOf(ctx context.Context, eventID uuid.UUID) (evidence.Leaf, e
 
 // Leaves returns up to limit leaves from index from.
 func (s *Store) Leaves(ctx context.Context, from int64, limit int) ([]evidence.Leaf, error) {
-	rows, err := s.pool.Query(ctx, "SELECT leaf_index, event_id, event_ts, chain_id, chain_seq FROM evidence_tree WHERE leaf_index >= $1 ORDER BY leaf_index LIMIT $2", from, limit)
+	rows, err := s.q.Query(ctx, "SELECT leaf_index, event_id, event_ts, chain_id, chain_seq FROM evidence_tree WHERE leaf_index >= $1 ORDER BY leaf_index LIMIT $2", from, limit)
 	if err != nil {
 		return nil, fmt.Errorf("evidence/postgres: leaves: %w", classify(err))
 	}
@@ -270,7 +273,7 @@ func (s *Store) Leaves(ctx context.Context, from int64, limit int) ([]evidence.L
 // migration 00006) into hour or day buckets: two range scans of their
 // primary keys, never of the events.
 func (s *Store) Stats(ctx context.Context, q evidence.StatsQuery) ([]evidence.StatsBucket, error) {
-	rows, err := s.pool.Query(ctx, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly
+	rows, err := s.q.Query(ctx, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly
 		WHERE hour >= $1 AND hour < $2 ORDER BY hour`, q.Since, q.Until)
 	if err != nil {
 		return nil, fmt.Errorf("evidence/postgres: stats: %w", classify(err))
@@ -283,7 +286,7 @@ func (s *Store) Stats(ctx context.Context, q evidence.StatsQuery) ([]evidence.St
 	if err != nil {
 		return nil, fmt.Errorf("evidence/postgres: stats: %w", classify(err))
 	}
-	rows, err = s.pool.Query(ctx, `SELECT hour, rule_id, n FROM evidence_rollup_rules_hourly
+	rows, err = s.q.Query(ctx, `SELECT hour, rule_id, n FROM evidence_rollup_rules_hourly
 		WHERE hour >= $1 AND hour < $2 ORDER BY hour`, q.Since, q.Until)
 	if err != nil {
 		return nil, fmt.Errorf("evidence/postgres: rule stats: %w", classify(err))
@@ -303,6 +306,9 @@ func (s *Store) Stats(ctx context.Context, q evidence.StatsQuery) ([]evidence.St
 // connection held until release; the lock dies with the connection, so a
 // crashed leader never blocks the others.
 func (s *Store) TryLead(ctx context.Context) (func(), bool, error) {
+	if s.ro != nil {
+		return nil, false, nil
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("evidence/postgres: checkpointer lock: %w", classify(err))
@@ -326,4 +332,37 @@ func (s *Store) TryLead(ctx context.Context) (func(), bool, error) {
 		conn.Release()
 	}
 	return release, true, nil
+}
+
+var _ evidence.RollupReader = (*Store)(nil)
+
+// RollupCells returns every stored hourly count, for Verify.
+func (s *Store) RollupCells(ctx context.Context) ([]evidence.RollupCell, []evidence.RuleRollupCell, error) {
+	rows, err := s.q.Query(ctx, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly ORDER BY hour`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("evidence/postgres: rollup: %w", classify(err))
+	}
+	cells, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (evidence.RollupCell, error) {
+		var c evidence.RollupCell
+		err := r.Scan(&c.Hour, &c.PrincipalID, &c.Tool, &c.Decision, &c.N)
+		c.Hour = c.Hour.UTC()
+		return c, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("evidence/postgres: rollup: %w", classify(err))
+	}
+	rows, err = s.q.Query(ctx, `SELECT hour, rule_id, n FROM evidence_rollup_rules_hourly ORDER BY hour`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("evidence/postgres: rule rollup: %w", classify(err))
+	}
+	rules, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (evidence.RuleRollupCell, error) {
+		var c evidence.RuleRollupCell
+		err := r.Scan(&c.Hour, &c.RuleID, &c.N)
+		c.Hour = c.Hour.UTC()
+		return c, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("evidence/postgres: rule rollup: %w", classify(err))
+	}
+	return cells, rules, nil
 }

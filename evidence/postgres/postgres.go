@@ -43,7 +43,11 @@ const partitionInterval = 6 * time.Hour
 // Store is the PostgreSQL evidence.Store.
 type Store struct {
 	pool *pgxpool.Pool
-	log  *slog.Logger
+	// q runs every read: the pool, or, for a store opened with
+	// OpenReadOnly, its one REPEATABLE READ READ ONLY transaction.
+	q   querier
+	ro  *readOnly
+	log *slog.Logger
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -73,7 +77,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	s := &Store{pool: pool, log: slog.New(slog.DiscardHandler), stop: make(chan struct{})}
+	s := &Store{pool: pool, q: pool, log: slog.New(slog.DiscardHandler), stop: make(chan struct{})}
 	if err := s.EnsurePartitions(ctx, time.Now()); err != nil {
 		pool.Close()
 		return nil, err
@@ -166,6 +170,9 @@ func redactURLError(err error) error {
 // month without its partition land in the DEFAULT partition, so an insert
 // never fails for lack of one.
 func (s *Store) EnsurePartitions(ctx context.Context, at time.Time) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
 	if _, err := s.pool.Exec(ctx, "SELECT evidence_ensure_partitions($1, 2)", at); err != nil {
 		return fmt.Errorf("evidence/postgres: ensure partitions: %w", classify(err))
 	}
@@ -265,6 +272,9 @@ func rowValues(e evidence.Event) ([]any, error) {
 func (s *Store) Append(ctx context.Context, events []evidence.Event) error {
 	if len(events) == 0 {
 		return nil
+	}
+	if s.ro != nil {
+		return errReadOnly
 	}
 	rows := make([][]any, len(events))
 	for i, e := range events {
@@ -373,7 +383,7 @@ func scanEvents(rows pgx.Rows) ([]evidence.Event, error) {
 }
 
 func (s *Store) query(ctx context.Context, sql string, args ...any) ([]evidence.Event, error) {
-	rows, err := s.pool.Query(ctx, sql, args...)
+	rows, err := s.q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -488,7 +498,7 @@ func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptLi
 
 // PendingDecisions lists the instance's allow decisions without outcome.
 func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
-	rows, err := s.pool.Query(ctx, `SELECT d.id FROM evidence_events d
+	rows, err := s.q.Query(ctx, `SELECT d.id FROM evidence_events d
 		WHERE d.kind = 'decision' AND d.decision = 'allow' AND d.instance_id = $1
 		AND NOT EXISTS (SELECT 1 FROM evidence_events o WHERE o.receipt_id = d.id AND o.kind = 'outcome')
 		ORDER BY d.ts, d.id`, instanceID)
@@ -513,7 +523,7 @@ func (s *Store) ChainHead(ctx context.Context, instanceID string) (uuid.UUID, in
 		seq   int64
 		hash  []byte
 	)
-	err := s.pool.QueryRow(ctx, `SELECT chain_id, chain_seq, hash FROM evidence_events
+	err := s.q.QueryRow(ctx, `SELECT chain_id, chain_seq, hash FROM evidence_events
 		WHERE instance_id = $1 ORDER BY chain_id DESC, chain_seq DESC LIMIT 1`, instanceID).Scan(&chain, &seq, &hash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return uuid.Nil, 0, nil, nil
@@ -535,6 +545,13 @@ func (s *Store) ChainEvents(ctx context.Context, chainID uuid.UUID) ([]evidence.
 
 // Ping checks the database answers.
 func (s *Store) Ping(ctx context.Context) error {
+	if s.ro != nil {
+		var one int
+		if err := s.q.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+			return fmt.Errorf("evidence/postgres: ping: %w", classify(err))
+		}
+		return nil
+	}
 	if err := s.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("evidence/postgres: ping: %w", classify(err))
 	}
@@ -544,6 +561,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // RawExec runs one statement outside the event model. It exists for tests
 // that prove the database itself refuses changes to evidence.
 func (s *Store) RawExec(ctx context.Context, sql string) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
 	_, err := s.pool.Exec(ctx, sql)
 	return err
 }
@@ -553,6 +573,9 @@ func (s *Store) Close() error {
 	s.stopOnce.Do(func() {
 		close(s.stop)
 		s.wg.Wait()
+		if s.ro != nil {
+			s.ro.close()
+		}
 		s.pool.Close()
 	})
 	return nil

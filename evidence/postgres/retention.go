@@ -28,7 +28,7 @@ var _ evidence.RetentionStore = (*Store)(nil)
 func (s *Store) PlanRetention(ctx context.Context, cutoff, now time.Time) (RetentionPlan, error) {
 	plan := RetentionPlan{Cutoff: cutoff.UTC()}
 	thisMonth := evidence.MonthStart(now)
-	rows, err := s.pool.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+	rows, err := s.q.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		WHERE i.inhparent = 'evidence_events'::regclass ORDER BY c.relname`)
 	if err != nil {
 		return plan, fmt.Errorf("evidence/postgres: list partitions: %w", classify(err))
@@ -51,7 +51,7 @@ func (s *Store) PlanRetention(ctx context.Context, cutoff, now time.Time) (Reten
 			continue
 		}
 		p := Partition{Name: name, From: from, To: to}
-		if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{name}.Sanitize()).Scan(&p.Rows); err != nil {
+		if err := s.q.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{name}.Sanitize()).Scan(&p.Rows); err != nil {
 			return plan, fmt.Errorf("evidence/postgres: count %s: %w", name, classify(err))
 		}
 		plan.Months = append(plan.Months, p)
@@ -65,7 +65,7 @@ func (s *Store) PlanRetention(ctx context.Context, cutoff, now time.Time) (Reten
 // Unsealed counts the partition's events that are not leaves of the tree.
 func (s *Store) Unsealed(ctx context.Context, p Partition) (int64, error) {
 	var n int64
-	err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{p.Name}.Sanitize()+
+	err := s.q.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{p.Name}.Sanitize()+
 		" e WHERE NOT EXISTS (SELECT 1 FROM evidence_tree t WHERE t.event_id = e.id)").Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("evidence/postgres: unsealed events of %s: %w", p.Name, classify(err))
@@ -76,6 +76,9 @@ func (s *Store) Unsealed(ctx context.Context, p Partition) (int64, error) {
 // DropMonth detaches and drops the partition in one transaction. It needs
 // the table's owner (a maintenance role), never the gateway's app role.
 func (s *Store) DropMonth(ctx context.Context, p Partition) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
 	id := pgx.Identifier{p.Name}.Sanitize()
 	if err := s.RawExec(ctx, "BEGIN; ALTER TABLE evidence_events DETACH PARTITION "+id+"; DROP TABLE "+id+"; COMMIT"); err != nil {
 		return fmt.Errorf("evidence/postgres: drop %s: %w", p.Name, classify(err))

@@ -33,6 +33,9 @@ var holdSems sync.Map // path -> chan struct{}
 // "<file>-holds", waited for until ctx ends, shared by every process on
 // the file. It dies with the process.
 func (s *Store) LockHolds(ctx context.Context) (func(), error) {
+	if s.ro != nil {
+		return nil, errReadOnly
+	}
 	path := strings.TrimSuffix(s.leadPath, "-lead") + "-holds"
 	v, _ := holdSems.LoadOrStore(path, make(chan struct{}, 1))
 	sem := v.(chan struct{})

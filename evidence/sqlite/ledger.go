@@ -15,7 +15,7 @@ import (
 var _ evidence.Ledger = (*Store)(nil)
 
 func (s *Store) chains(ctx context.Context, q string) ([]evidence.ChainInfo, error) {
-	rows, err := s.reader.QueryContext(ctx, q)
+	rows, err := s.q.QueryContext(ctx, q)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -80,7 +80,7 @@ func (s *Store) EventsOfReceipt(ctx context.Context, id uuid.UUID) ([]evidence.E
 // TreeHeads returns the tree size and each chain's last sequence in it.
 func (s *Store) TreeHeads(ctx context.Context) (int64, map[uuid.UUID]int64, error) {
 	var size int64
-	if err := s.reader.QueryRowContext(ctx, "SELECT coalesce(max(leaf_index) + 1, 0) FROM evidence_tree").Scan(&size); err != nil {
+	if err := s.q.QueryRowContext(ctx, "SELECT coalesce(max(leaf_index) + 1, 0) FROM evidence_tree").Scan(&size); err != nil {
 		return 0, nil, fmt.Errorf("evidence/sqlite: tree size: %w", classify(err))
 	}
 	cs, err := s.chains(ctx, "SELECT chain_id, max(chain_seq) FROM evidence_tree GROUP BY chain_id")
@@ -99,7 +99,7 @@ func (s *Store) ReadHashes(ctx context.Context, indexes []int64) ([]tlog.Hash, e
 	out := make([]tlog.Hash, len(indexes))
 	for k, i := range indexes {
 		var b []byte
-		if err := s.reader.QueryRowContext(ctx, "SELECT hash FROM evidence_tree_hashes WHERE idx = ?", i).Scan(&b); err != nil {
+		if err := s.q.QueryRowContext(ctx, "SELECT hash FROM evidence_tree_hashes WHERE idx = ?", i).Scan(&b); err != nil {
 			return nil, fmt.Errorf("evidence/sqlite: tree hash %d: %w", i, classify(err))
 		}
 		copy(out[k][:], b)
@@ -109,6 +109,9 @@ func (s *Store) ReadHashes(ctx context.Context, indexes []int64) ([]tlog.Hash, e
 
 // AppendTree commits one checkpointer pass in one transaction.
 func (s *Store) AppendTree(ctx context.Context, a evidence.TreeAppend) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("evidence/sqlite: append tree: %w", classify(err))
@@ -151,7 +154,7 @@ func (s *Store) AppendTree(ctx context.Context, a evidence.TreeAppend) error {
 }
 
 func (s *Store) checkpoints(ctx context.Context, q string) ([]evidence.StoredCheckpoint, error) {
-	rows, err := s.reader.QueryContext(ctx, q)
+	rows, err := s.q.QueryContext(ctx, q)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -195,7 +198,7 @@ func (s *Store) LatestCheckpoint(ctx context.Context) (evidence.StoredCheckpoint
 }
 
 func (s *Store) leaves(ctx context.Context, q string, args ...any) ([]evidence.Leaf, error) {
-	rows, err := s.reader.QueryContext(ctx, q, args...)
+	rows, err := s.q.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -248,7 +251,7 @@ func (s *Store) Leaves(ctx context.Context, from int64, limit int) ([]evidence.L
 // migration 00006) into hour or day buckets: two range scans of their
 // primary keys, never of the events.
 func (s *Store) Stats(ctx context.Context, q evidence.StatsQuery) ([]evidence.StatsBucket, error) {
-	rows, err := s.reader.QueryContext(ctx, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly
+	rows, err := s.q.QueryContext(ctx, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly
 		WHERE hour >= ? AND hour < ? ORDER BY hour`, q.Since.UnixMicro(), q.Until.UnixMicro())
 	if err != nil {
 		return nil, fmt.Errorf("evidence/sqlite: stats: %w", classify(err))
@@ -277,7 +280,7 @@ func (s *Store) Stats(ctx context.Context, q evidence.StatsQuery) ([]evidence.St
 }
 
 func (s *Store) ruleStats(ctx context.Context, q evidence.StatsQuery) ([]evidence.RuleRollupCell, error) {
-	rows, err := s.reader.QueryContext(ctx, `SELECT hour, rule_id, n FROM evidence_rollup_rules_hourly
+	rows, err := s.q.QueryContext(ctx, `SELECT hour, rule_id, n FROM evidence_rollup_rules_hourly
 		WHERE hour >= ? AND hour < ? ORDER BY hour`, q.Since.UnixMicro(), q.Until.UnixMicro())
 	if err != nil {
 		return nil, classify(err)
@@ -304,6 +307,9 @@ func (s *Store) ruleStats(ctx context.Context, q evidence.StatsQuery) ([]evidenc
 // kernel drops the lock when the process dies, so a crashed leader never
 // blocks the next one.
 func (s *Store) TryLead(context.Context) (func(), bool, error) {
+	if s.ro != nil {
+		return nil, false, nil
+	}
 	if !s.lead.TryLock() {
 		return nil, false, nil
 	}
@@ -322,4 +328,96 @@ func (s *Store) TryLead(context.Context) (func(), bool, error) {
 			s.lead.Unlock()
 		})
 	}, true, nil
+}
+
+var (
+	_ evidence.RollupReader = (*Store)(nil)
+	_ evidence.IndexChecker = (*Store)(nil)
+)
+
+// RollupCells returns every stored hourly count, for Verify.
+func (s *Store) RollupCells(ctx context.Context) ([]evidence.RollupCell, []evidence.RuleRollupCell, error) {
+	q := evidence.StatsQuery{Since: time.Unix(0, 0), Until: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)}
+	rows, err := s.q.QueryContext(ctx, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly ORDER BY hour`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("evidence/sqlite: rollup: %w", classify(err))
+	}
+	defer rows.Close()
+	var cells []evidence.RollupCell
+	for rows.Next() {
+		var (
+			c    evidence.RollupCell
+			hour int64
+		)
+		if err := rows.Scan(&hour, &c.PrincipalID, &c.Tool, &c.Decision, &c.N); err != nil {
+			return nil, nil, fmt.Errorf("evidence/sqlite: rollup: %w", classify(err))
+		}
+		c.Hour = time.UnixMicro(hour).UTC()
+		cells = append(cells, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("evidence/sqlite: rollup: %w", classify(err))
+	}
+	rules, err := s.ruleStats(ctx, q)
+	if err != nil {
+		return nil, nil, fmt.Errorf("evidence/sqlite: rule rollup: %w", err)
+	}
+	return cells, rules, nil
+}
+
+// CheckIndexes holds evidence_rule_ids, the index `?rule=` reads, against
+// the rule_ids column the chain covers: a missing row hides a decision
+// from rule queries, an extra one attributes a decision to a rule it does
+// not name. Rows are matched on (rule_id, ts, event_id), as the trigger
+// writes them.
+func (s *Store) CheckIndexes(ctx context.Context) ([]evidence.Problem, error) {
+	var problems []evidence.Problem
+	for _, c := range []struct {
+		q, what string
+	}{{
+		`SELECT e.id, j.value FROM evidence_events e, json_each(e.rule_ids) j
+		WHERE e.kind = 'decision' AND e.rule_ids IS NOT NULL AND j.type = 'text'
+		AND NOT EXISTS (SELECT 1 FROM evidence_rule_ids r WHERE r.rule_id = j.value AND r.ts = e.ts AND r.event_id = e.id)
+		ORDER BY e.ts, e.id`,
+		"decision %s names rule %q but the rule index has no row for it: `?rule=` queries miss it",
+	}, {
+		`SELECT r.event_id, r.rule_id FROM evidence_rule_ids r
+		WHERE NOT EXISTS (SELECT 1 FROM evidence_events e, json_each(e.rule_ids) j
+			WHERE e.id = r.event_id AND e.ts = r.ts AND e.kind = 'decision' AND j.type = 'text' AND j.value = r.rule_id)
+		ORDER BY r.ts, r.event_id`,
+		"the rule index lists decision %s under rule %q, which its event does not name",
+	}} {
+		n, err := s.indexProblems(ctx, c.q, c.what, &problems)
+		if err != nil {
+			return nil, err
+		}
+		if n > maxIndexProblems {
+			problems = append(problems, evidence.Problem{Kind: "rule_index",
+				Detail: fmt.Sprintf("%d more rule index rows like the above", n-maxIndexProblems)})
+		}
+	}
+	return problems, nil
+}
+
+// maxIndexProblems bounds the rule index rows named in a report.
+const maxIndexProblems = 5
+
+func (s *Store) indexProblems(ctx context.Context, q, what string, out *[]evidence.Problem) (int, error) {
+	rows, err := s.q.QueryContext(ctx, q)
+	if err != nil {
+		return 0, fmt.Errorf("evidence/sqlite: check rule index: %w", classify(err))
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var id, rule string
+		if err := rows.Scan(&id, &rule); err != nil {
+			return 0, fmt.Errorf("evidence/sqlite: check rule index: %w", classify(err))
+		}
+		n++
+		if n <= maxIndexProblems {
+			*out = append(*out, evidence.Problem{Kind: "rule_index", Detail: fmt.Sprintf(what, id, rule)})
+		}
+	}
+	return n, classify(rows.Err())
 }

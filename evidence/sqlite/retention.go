@@ -26,7 +26,7 @@ func (s *Store) PlanRetention(ctx context.Context, cutoff, now time.Time) (evide
 	if this := evidence.MonthStart(now); this.Before(bound) {
 		bound = this
 	}
-	rows, err := s.reader.QueryContext(ctx, `SELECT strftime('%Y-%m', ts / 1000000, 'unixepoch') AS month, count(*)
+	rows, err := s.q.QueryContext(ctx, `SELECT strftime('%Y-%m', ts / 1000000, 'unixepoch') AS month, count(*)
 		FROM evidence_events WHERE ts < ? GROUP BY month ORDER BY month`, bound.UnixMicro())
 	if err != nil {
 		return plan, fmt.Errorf("evidence/sqlite: plan retention: %w", classify(err))
@@ -57,7 +57,7 @@ func (s *Store) PlanRetention(ctx context.Context, cutoff, now time.Time) (evide
 // Unsealed counts the month's events that are not leaves of the tree.
 func (s *Store) Unsealed(ctx context.Context, m evidence.RetentionMonth) (int64, error) {
 	var n int64
-	err := s.reader.QueryRowContext(ctx, `SELECT count(*) FROM evidence_events e WHERE e.ts >= ? AND e.ts < ?
+	err := s.q.QueryRowContext(ctx, `SELECT count(*) FROM evidence_events e WHERE e.ts >= ? AND e.ts < ?
 		AND NOT EXISTS (SELECT 1 FROM evidence_tree t WHERE t.event_id = e.id)`,
 		m.From.UnixMicro(), m.To.UnixMicro()).Scan(&n)
 	if err != nil {
@@ -87,6 +87,9 @@ func (s *Store) DropMonth(ctx context.Context, m evidence.RetentionMonth) error 
 }
 
 func (s *Store) deleteChunk(ctx context.Context, from, to, after int64) (n, last int64, err error) {
+	if s.ro != nil {
+		return 0, 0, errReadOnly
+	}
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, 0, classify(err)

@@ -35,7 +35,12 @@ const versionTable = "portcullis_schema_version"
 type Store struct {
 	writer *sql.DB
 	reader *sql.DB
+	// q runs every read: the reader pool, or, for a store opened with
+	// OpenReadOnly, its one read transaction (a single snapshot).
+	q      querier
 	insert *sql.Stmt
+	// ro is set for a store opened with OpenReadOnly (readonly.go).
+	ro *readOnly
 	// leadPath is the file whose lock elects the checkpointer among every
 	// process that opens the database (TryLead).
 	leadPath string
@@ -108,7 +113,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		r.Close()
 		return nil, fmt.Errorf("evidence/sqlite: prepare insert: %w", classify(err))
 	}
-	return &Store{writer: w, reader: r, insert: ins, leadPath: path + "-lead"}, nil
+	return &Store{writer: w, reader: r, q: r, insert: ins, leadPath: path + "-lead"}, nil
 }
 
 // Migrate applies pending migrations to the database file.
@@ -224,6 +229,9 @@ func (s *Store) Append(ctx context.Context, events []evidence.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
+	if s.ro != nil {
+		return errReadOnly
+	}
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("evidence/sqlite: append: %w", classify(err))
@@ -267,7 +275,7 @@ func (s *Store) Append(ctx context.Context, events []evidence.Event) error {
 var selectCols = strings.Join(rowcodec.Columns, ", ")
 
 func (s *Store) query(ctx context.Context, q string, args ...any) ([]evidence.Event, error) {
-	rows, err := s.reader.QueryContext(ctx, q, args...)
+	rows, err := s.q.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -430,7 +438,7 @@ func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptLi
 
 // PendingDecisions lists the instance's allow decisions without outcome.
 func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
-	rows, err := s.reader.QueryContext(ctx, `SELECT d.id FROM evidence_events d
+	rows, err := s.q.QueryContext(ctx, `SELECT d.id FROM evidence_events d
 		WHERE d.kind = 'decision' AND d.decision = 'allow' AND d.instance_id = ?
 		AND NOT EXISTS (SELECT 1 FROM evidence_events o WHERE o.receipt_id = d.id AND o.kind = 'outcome')
 		ORDER BY d.ts, d.id`, instanceID)
@@ -463,7 +471,7 @@ func (s *Store) ChainHead(ctx context.Context, instanceID string) (uuid.UUID, in
 		seq   int64
 		hash  []byte
 	)
-	err := s.reader.QueryRowContext(ctx, `SELECT chain_id, chain_seq, hash FROM evidence_events
+	err := s.q.QueryRowContext(ctx, `SELECT chain_id, chain_seq, hash FROM evidence_events
 		WHERE instance_id = ? ORDER BY chain_id DESC, chain_seq DESC LIMIT 1`, instanceID).Scan(&chain, &seq, &hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return uuid.Nil, 0, nil, nil
@@ -489,6 +497,13 @@ func (s *Store) ChainEvents(ctx context.Context, chainID uuid.UUID) ([]evidence.
 
 // Ping checks the file can be read.
 func (s *Store) Ping(ctx context.Context) error {
+	if s.ro != nil {
+		var one int
+		if err := s.q.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+			return fmt.Errorf("evidence/sqlite: ping: %w", classify(err))
+		}
+		return nil
+	}
 	if err := s.reader.PingContext(ctx); err != nil {
 		return fmt.Errorf("evidence/sqlite: ping: %w", classify(err))
 	}
@@ -498,11 +513,19 @@ func (s *Store) Ping(ctx context.Context) error {
 // RawExec runs one statement on the writer connection outside the event
 // model. It exists for tests that prove the database refuses changes.
 func (s *Store) RawExec(ctx context.Context, q string) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
 	_, err := s.writer.ExecContext(ctx, q)
 	return err
 }
 
-// Close closes both connection pools.
+// Close closes both connection pools. For a store opened with
+// OpenReadOnly it also reports whether the file changed while it was read
+// (ErrChangedWhileRead): what was read may then not be one state of it.
 func (s *Store) Close() error {
+	if s.ro != nil {
+		return s.ro.close(s.reader)
+	}
 	return errors.Join(s.insert.Close(), s.reader.Close(), s.writer.Close())
 }

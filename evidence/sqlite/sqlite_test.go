@@ -57,7 +57,9 @@ func TestRuleRollupBackfill(t *testing.T) {
 type tamperable struct{ *sqlite.Store }
 
 func (s tamperable) Tamper(ctx context.Context, stmt string) error {
-	for _, trg := range []string{"evidence_events_no_update", "evidence_events_no_delete", "evidence_checkpoints_no_change", "evidence_checkpoints_no_delete"} {
+	for _, trg := range []string{"evidence_events_no_update", "evidence_events_no_delete", "evidence_checkpoints_no_change", "evidence_checkpoints_no_delete",
+		"evidence_tree_no_change", "evidence_tree_no_delete", "evidence_tree_hashes_no_change", "evidence_tree_hashes_no_delete",
+		"evidence_rule_ids_no_update", "evidence_rule_ids_no_delete"} {
 		if err := s.RawExec(ctx, "DROP TRIGGER IF EXISTS "+trg); err != nil {
 			return err
 		}

@@ -69,10 +69,20 @@ func Run(t *testing.T, open func(t *testing.T) evidence.Store) {
 			tc.fn(t, open(t))
 		})
 	}
-	t.Run("Tampering", func(t *testing.T) {
-		t.Parallel()
-		testTampering(t, open)
-	})
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T, open func(t *testing.T) evidence.Store)
+	}{
+		{"Tampering", testTampering},
+		{"VerifyEmpty", testVerifyEmpty},
+		{"VerifyDeletedTail", testVerifyDeletedTail},
+		{"VerifyRollups", testVerifyRollups},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, open)
+		})
+	}
 }
 
 func ctxFor(t *testing.T) context.Context {

@@ -156,6 +156,13 @@ type Evidence struct {
 	// not commit within it (down, stalled, locked) counts as unavailable,
 	// and the calls waiting on it are refused evidence_unavailable.
 	CommitTimeout Duration `yaml:"commit_timeout"`
+	// ResultsRetention is how long calls' full outputs are kept (redacted,
+	// under data_dir/results) for read_tool_result; 0 keeps none and the
+	// tool is not offered.
+	ResultsRetention Duration `yaml:"results_retention"`
+	// ResultsMaxBytes bounds one kept output (its JSON, after redaction);
+	// a larger one is kept only as a note that it was too large.
+	ResultsMaxBytes int64 `yaml:"results_max_bytes"`
 }
 
 // Principal is a configured caller; only the SHA-256 of its key is stored.
@@ -320,6 +327,8 @@ func Default() Config {
 			CheckpointInterval: Duration(10 * time.Second),
 			Retention:          Duration(400 * 24 * time.Hour),
 			CommitTimeout:      Duration(10 * time.Second),
+			ResultsRetention:   Duration(24 * time.Hour),
+			ResultsMaxBytes:    1 << 20,
 		},
 		Sandbox: Sandbox{Backend: "auto", Require: true},
 		Runtime: Runtime{GCPercent: 400},
@@ -550,6 +559,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Evidence.CommitTimeout < Duration(100*time.Millisecond) || c.Evidence.CommitTimeout > Duration(5*time.Minute) {
 		bad("evidence.commit_timeout", "want 100ms to 5m, got %s", time.Duration(c.Evidence.CommitTimeout))
+	}
+	if c.Evidence.ResultsRetention < 0 || c.Evidence.ResultsRetention > Duration(400*24*time.Hour) {
+		bad("evidence.results_retention", "want 0 (keep none) to 400d, got %s", time.Duration(c.Evidence.ResultsRetention))
+	}
+	if c.Evidence.ResultsMaxBytes < 1024 || c.Evidence.ResultsMaxBytes > 64<<20 {
+		bad("evidence.results_max_bytes", "want 1024..67108864, got %d", c.Evidence.ResultsMaxBytes)
 	}
 	switch c.Sandbox.Backend {
 	case "auto", "bwrap", "seatbelt", "process":

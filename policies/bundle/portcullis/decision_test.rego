@@ -66,9 +66,9 @@ test_unknown_purpose_denied if {
 }
 
 test_list_allows_exactly_granted_tools if {
-	every tool in ["Exec"] {
+	every tool in ["Exec", "read_tool_result"] {
 		d := portcullis.decision with input as {"principal": _agent, "tool": tool, "purpose": "list", "args": {}, "resolved": {}}
-		d == {"allow": true, "reasons": [], "rule_ids": ["grant:role/agent/Exec"]}
+		d == {"allow": true, "reasons": [], "rule_ids": [sprintf("grant:role/agent/%s", [tool])]}
 	}
 	every tool in ["fs.read", "fs.list", "fs.search", "fs.write", "fs.apply_patch", "code.run", "http.get"] {
 		d := portcullis.decision with input as {"principal": _agent, "tool": tool, "purpose": "list", "args": {}, "resolved": {}}
@@ -182,7 +182,7 @@ test_missing_config_denies if {
 }
 
 test_granted_tools_listing if {
-	portcullis.grants.granted_tools == {"Exec"} with input as {"principal": _agent}
+	portcullis.grants.granted_tools == {"Exec", "read_tool_result"} with input as {"principal": _agent}
 	portcullis.grants.granted_tools == set() with input as {"principal": {"id": "x", "roles": ["auditor"]}}
 }
 
@@ -333,4 +333,27 @@ test_every_denial_names_a_rule if {
 			regex.match(`^[A-Za-z0-9_.:/-]{1,128}$`, id)
 		}
 	}
+}
+
+# read_tool_result reads back the caller's own earlier result (the gateway
+# answers only the principal and session that made the call): the agent
+# role has it, with no file system and no network; other roles do not.
+test_read_tool_result_agent_only if {
+	inp := {"principal": _agent, "tool": "read_tool_result", "purpose": "call",
+		"args": {"receipt_id": "01a20313-28e8-7b79-9035-d239511fbe58"},
+		"resolved": {"receipt_id": "01a20313-28e8-7b79-9035-d239511fbe58"}}
+	d := portcullis.decision with input as inp
+	d.allow == true
+	d.fs_grants == []
+	d.network == {"posture": "off", "allow": []}
+	d.rule_ids == ["grant:role/agent/read_tool_result"]
+	full := portcullis.full_decision with input as inp
+	full.allow == true
+	every role in ["auditor", "admin", "approver"] {
+		r := portcullis.decision with input as object.union(inp, {"principal": {"id": "x", "roles": [role]}})
+		r.allow == false
+	}
+	revoked := portcullis.decision with input as inp
+		with data.portcullis.config.principals as {"agent-alpha": {"revoke": ["read_tool_result"]}}
+	revoked.allow == false
 }

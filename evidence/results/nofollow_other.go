@@ -1,0 +1,5 @@
+//go:build !unix
+
+package results
+
+const noFollow = 0
