@@ -254,7 +254,24 @@ type Scope struct {
 	// FSDeny is the decision's fs_deny, carried to the OS sandbox, which
 	// hides these paths even inside the grants.
 	FSDeny []string `json:"fs_deny,omitempty"`
+	// MemoryLimit says how Limits.MemoryBytes is enforced (Exec,
+	// code.run): MemoryLimitCgroup or MemoryLimitRlimitData. The runner
+	// applies exactly this mechanism or refuses to run the call.
+	MemoryLimit string `json:"memory_limit,omitempty"`
 }
+
+// How a call's memory_bytes is enforced (Scope.MemoryLimit).
+const (
+	// MemoryLimitCgroup: the call's own memory cgroup (memory.max on
+	// cgroup v2, memory.limit_in_bytes on v1) bounds the memory all its
+	// processes use together; the kernel kills the call past it.
+	MemoryLimitCgroup = "cgroup"
+	// MemoryLimitRlimitData: RLIMIT_DATA bounds each process' data
+	// (private writable mappings: heap, anonymous memory), when no memory
+	// cgroup is available. Address-space reservations that are never made
+	// writable (Go's, V8's) do not count, unlike RLIMIT_AS.
+	MemoryLimitRlimitData = "rlimit_data"
+)
 
 // Receipt decisions.
 const (

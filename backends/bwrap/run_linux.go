@@ -94,7 +94,13 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	limits, err := process.Rlimits(spec.Limits)
+	// memory_bytes: the call cgroup's memory limit, or RLIMIT_DATA without
+	// one (process.MemoryPlan; the scope may have fixed the mechanism).
+	memBytes, rlimitData, err := process.MemoryPlan(r.cgroups, spec)
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
+	}
+	limits, err := process.Rlimits(spec.Limits, rlimitData)
 	if err != nil {
 		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
 	}
@@ -129,8 +135,8 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 	// nothing runs unlimited and nothing it forks escapes the cgroup.
 	var cg *cgroup.Call
 	if r.cgroups != nil {
-		cg, err = r.cgroups.NewCall(r.opts.PidsMax)
-		if err != nil && r.opts.RequirePidsLimit {
+		cg, err = r.cgroups.NewCallLimits(cgroup.Limits{Pids: r.opts.PidsMax, MemoryBytes: memBytes})
+		if err != nil && (r.opts.RequirePidsLimit || memBytes > 0) {
 			return sandbox.Result{}, err
 		}
 		if err != nil {

@@ -20,9 +20,9 @@ import (
 
 // Effective resource limits when the policy leaves one at zero, and the
 // ceilings a policy value is clamped to. The defaults follow the contract's
-// example policy; the ceilings keep a typo in a policy from lifting a bound.
+// example policy (cpu_seconds, unset, is the call's timeout); the ceilings
+// keep a typo in a policy from lifting a bound.
 const (
-	DefaultCPUSeconds  = 60
 	DefaultMemoryBytes = 1 << 30
 	DefaultFsizeBytes  = 64 << 20
 	DefaultNofile      = 256
@@ -125,13 +125,30 @@ func (c *call) Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error)
 	c.env = env
 	c.enforced = true
 	return wire.Scope{
-		FSGrants: grants,
-		Network:  network,
-		EnvNames: names,
-		Limits:   limits,
-		Backend:  c.tool.runner.Name(),
-		FSDeny:   cleanAbs(d.FSDeny),
+		FSGrants:    grants,
+		Network:     network,
+		EnvNames:    names,
+		Limits:      limits,
+		Backend:     c.tool.runner.Name(),
+		FSDeny:      cleanAbs(d.FSDeny),
+		MemoryLimit: MemoryLimitOf(c.tool.runner),
 	}, nil
+}
+
+// memoryLimiter is a runner that says how it bounds memory_bytes.
+type memoryLimiter interface {
+	MemoryLimit() string
+}
+
+// MemoryLimitOf is how runner will enforce a call's memory_bytes
+// (wire.MemoryLimitCgroup or wire.MemoryLimitRlimitData), recorded in the
+// enforced scope; the runner then applies exactly that or refuses the call.
+// A runner that does not say leaves it "" (its own choice).
+func MemoryLimitOf(runner any) string {
+	if m, ok := runner.(memoryLimiter); ok {
+		return m.MemoryLimit()
+	}
+	return ""
 }
 
 // resolveGrants returns the grants with their paths resolved to real paths.
@@ -198,7 +215,8 @@ func effectiveLimits(in *input, p wire.Limits) (wire.Limits, error) {
 	if p.MaxOutputBytes > 0 {
 		l.MaxOutputBytes = min(l.MaxOutputBytes, p.MaxOutputBytes)
 	}
-	l.CPUSeconds = orDefault(p.CPUSeconds, DefaultCPUSeconds, MaxCPUSeconds)
+	// RFC 0002: CPU time defaults to the wall-clock timeout.
+	l.CPUSeconds = orDefault(p.CPUSeconds, max(l.TimeoutS, 1), MaxCPUSeconds)
 	l.MemoryBytes = orDefault(p.MemoryBytes, DefaultMemoryBytes, MaxMemoryBytes)
 	l.FsizeBytes = orDefault(p.FsizeBytes, DefaultFsizeBytes, MaxFsizeBytes)
 	l.Nofile = orDefault(p.Nofile, DefaultNofile, MaxNofile)

@@ -313,7 +313,7 @@ func TestEffectiveLimits(t *testing.T) {
 	}{
 		{
 			name: "defaults", in: input{timeoutS: 60, maxOutputBytes: 262144},
-			want: wire.Limits{TimeoutS: 60, MaxOutputBytes: 262144, CPUSeconds: DefaultCPUSeconds, MemoryBytes: DefaultMemoryBytes, FsizeBytes: DefaultFsizeBytes, Nofile: DefaultNofile},
+			want: wire.Limits{TimeoutS: 60, MaxOutputBytes: 262144, CPUSeconds: 60, MemoryBytes: DefaultMemoryBytes, FsizeBytes: DefaultFsizeBytes, Nofile: DefaultNofile},
 		},
 		{
 			name: "policy lowers timeout and output", in: input{timeoutS: 600, maxOutputBytes: 4194304},
@@ -323,12 +323,19 @@ func TestEffectiveLimits(t *testing.T) {
 		{
 			name: "policy cannot raise the caller's own bound", in: input{timeoutS: 5, maxOutputBytes: 1024},
 			policy: wire.Limits{TimeoutS: 600, MaxOutputBytes: 4194304},
-			want:   wire.Limits{TimeoutS: 5, MaxOutputBytes: 1024, CPUSeconds: DefaultCPUSeconds, MemoryBytes: DefaultMemoryBytes, FsizeBytes: DefaultFsizeBytes, Nofile: DefaultNofile},
+			want:   wire.Limits{TimeoutS: 5, MaxOutputBytes: 1024, CPUSeconds: 5, MemoryBytes: DefaultMemoryBytes, FsizeBytes: DefaultFsizeBytes, Nofile: DefaultNofile},
 		},
 		{
 			name: "ceilings", in: input{timeoutS: 60, maxOutputBytes: 262144},
 			policy: wire.Limits{CPUSeconds: 1 << 30, MemoryBytes: 1 << 50, FsizeBytes: 1 << 50, Nofile: 1 << 30},
 			want:   wire.Limits{TimeoutS: 60, MaxOutputBytes: 262144, CPUSeconds: MaxCPUSeconds, MemoryBytes: MaxMemoryBytes, FsizeBytes: MaxFsizeBytes, Nofile: MaxNofile},
+		},
+		{
+			// RFC 0002: cpu_seconds defaults to the effective timeout
+			// (the policy's, when lower than the caller's).
+			name: "cpu follows the timeout", in: input{timeoutS: 600, maxOutputBytes: 262144},
+			policy: wire.Limits{TimeoutS: 20},
+			want:   wire.Limits{TimeoutS: 20, MaxOutputBytes: 262144, CPUSeconds: 20, MemoryBytes: DefaultMemoryBytes, FsizeBytes: DefaultFsizeBytes, Nofile: DefaultNofile},
 		},
 		{name: "negative fails closed", in: input{timeoutS: 60, maxOutputBytes: 262144}, policy: wire.Limits{MemoryBytes: -1}, wantErr: true},
 	}

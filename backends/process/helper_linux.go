@@ -16,36 +16,39 @@ import (
 
 // The helper protocol. The runner re-executes the gateway binary as
 //
-//	<helper> __portcullis-exec-helper v2 <procs> <cpu> <fsize> <nofile> <as> -- <argv0> <args...>
+//	<helper> __portcullis-exec-helper v3 <n> <procs>... <cpu> <fsize> <nofile> <data> -- <argv0> <args...>
 //
-// with the child's complete environment and the status pipe as fd 3. procs
-// is "-" (no call cgroup) or the absolute, clean path of a call cgroup's
-// cgroup.procs, which must be on a cgroup filesystem; the helper writes "0"
-// to it, moving itself into the call cgroup, before anything else, so the
-// target and all it forks are born inside (v1 had no such argument; the
-// version token changed so that a mismatched helper refuses instead of
-// reading the path as a limit). Each limit is "-" (leave as inherited) or
-// "SOFT:HARD" in decimal. The helper joins the cgroup, sets
-// the limits, verifies them, marks fd 3 close-on-exec and execs argv0 directly
-// (no PATH lookup, no shell) with its own environment, which is exactly
-// Spec.Env: the protocol lives only in argv, so nothing leaks into the target's
-// environment. On any failure it writes one line to fd 3 and stderr and exits
-// with HelperExitCode, so the runner never runs a program unlimited. Just
-// before exec it writes "ready\n" to fd 3: a status pipe that closes with
-// nothing but that line is the only outcome the runner treats as started, so
-// a HelperPath that is not a helper, or a helper that died early, fails closed.
+// with the child's complete environment and the status pipe as fd 3. n is
+// the number of procs arguments that follow (0 without a call cgroup; 1 for
+// cgroup v2 or a call with no memory cgroup; 2 for cgroup v1's pids and
+// memory hierarchies), each the absolute, clean path of a call cgroup's
+// cgroup.procs on a cgroup filesystem; the helper writes "0" to each,
+// moving itself into the call cgroup, before anything else, so the target
+// and all it forks are born inside. (v2 took one procs argument and set
+// RLIMIT_AS where v3 sets RLIMIT_DATA; the version token changed so that a
+// mismatched helper refuses instead of misreading its arguments.) Each
+// limit is "-" (leave as inherited) or "SOFT:HARD" in decimal. The helper
+// joins the cgroups, sets the limits, verifies them, marks fd 3
+// close-on-exec and execs argv0 directly (no PATH lookup, no shell) with its
+// own environment, which is exactly Spec.Env: the protocol lives only in
+// argv, so nothing leaks into the target's environment. On any failure it
+// writes one line to fd 3 and stderr and exits with HelperExitCode, so the
+// runner never runs a program unlimited. Just before exec it writes
+// "ready\n" to fd 3: a status pipe that closes with nothing but that line is
+// the only outcome the runner treats as started, so a HelperPath that is not
+// a helper, or a helper that died early, fails closed.
 const (
 	helperArg     = "__portcullis-exec-helper"
-	helperVersion = "v2"
+	helperVersion = "v3"
 	helperSep     = "--"
 	statusFD      = 3
 	statusReady   = "ready\n"
-	// nLimits is the number of limits, which follow the procs argument.
+	// nLimits is the number of limits, which follow the procs arguments.
 	nLimits = 4
+	// maxProcs is the most procs arguments (v1: pids and memory).
+	maxProcs = 2
 	// procsBase is the only file name the helper accepts as procs.
 	procsBase = "cgroup.procs"
-	// limitsAt is the position of the first limit after the version.
-	limitsAt = 2
 )
 
 // HelperExitCode is the exit status of a helper that refused to start the
@@ -54,8 +57,8 @@ const (
 // status pipe, which is what turns it into a Run error.
 const HelperExitCode = 125
 
-// limitResources lists the rlimits in protocol order. AS comes last so that
-// the helper needs no new memory after the address-space limit is in place
+// limitResources lists the rlimits in protocol order. DATA comes last so
+// that the helper needs no new memory after the data limit is in place
 // until it execs.
 var limitResources = [nLimits]struct {
 	res  int
@@ -64,7 +67,7 @@ var limitResources = [nLimits]struct {
 	{unix.RLIMIT_CPU, "RLIMIT_CPU"},
 	{unix.RLIMIT_FSIZE, "RLIMIT_FSIZE"},
 	{unix.RLIMIT_NOFILE, "RLIMIT_NOFILE"},
-	{unix.RLIMIT_AS, "RLIMIT_AS"},
+	{unix.RLIMIT_DATA, "RLIMIT_DATA"},
 }
 
 // rlimitArg is one limit as the helper receives it.
@@ -103,10 +106,12 @@ func parseRlimitArg(s string) (rlimitArg, error) {
 }
 
 // helperArgs builds the helper's argv (without the helper path itself);
-// procs is a call cgroup's cgroup.procs or "-".
-func helperArgs(procs string, limits [nLimits]rlimitArg, argv []string) []string {
-	args := make([]string, 0, 5+nLimits+len(argv))
-	args = append(args, "portcullis-exec-helper", helperArg, helperVersion, procs)
+// procs are the call cgroups' cgroup.procs files, none without a call
+// cgroup.
+func helperArgs(procs []string, limits [nLimits]rlimitArg, argv []string) []string {
+	args := make([]string, 0, 6+len(procs)+nLimits+len(argv))
+	args = append(args, "portcullis-exec-helper", helperArg, helperVersion, strconv.Itoa(len(procs)))
+	args = append(args, procs...)
 	for _, l := range limits {
 		args = append(args, l.String())
 	}
@@ -141,18 +146,28 @@ func runHelper(args []string) int {
 	if status == nil {
 		return fail("status fd %d is not open: refusing to run outside the process runner", statusFD)
 	}
-	if len(args) < limitsAt+nLimits+2 {
-		return fail("want %s PROCS|- SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+	if len(args) < 2 {
+		return fail("want %s N PROCS... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
 	}
 	if args[0] != helperVersion {
 		return fail("protocol version %q, want %q", args[0], helperVersion)
 	}
+	n, err := strconv.Atoi(args[1])
+	if err != nil || n < 0 || n > maxProcs {
+		return fail("cgroup count %q: want 0 to %d", args[1], maxProcs)
+	}
+	limitsAt := 2 + n
+	if len(args) < limitsAt+nLimits+2 {
+		return fail("want %s N PROCS... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+	}
 	if args[limitsAt+nLimits] != helperSep {
 		return fail("argument %d is %q, want %q", limitsAt+nLimits, args[limitsAt+nLimits], helperSep)
 	}
-	procs := args[1]
-	if procs != "-" && (!filepath.IsAbs(procs) || filepath.Clean(procs) != procs || filepath.Base(procs) != procsBase) {
-		return fail("cgroup: %q is not \"-\" or a clean absolute path to %s", procs, procsBase)
+	procs := args[2:limitsAt]
+	for _, p := range procs {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || filepath.Base(p) != procsBase {
+			return fail("cgroup: %q is not a clean absolute path to %s", p, procsBase)
+		}
 	}
 	var limits [nLimits]rlimitArg
 	for i := range nLimits {
@@ -170,14 +185,14 @@ func runHelper(args []string) int {
 	// open procs with) and long before the exec, so the target never runs
 	// outside the call cgroup. A failed join is a refusal, not a warning:
 	// the runner would otherwise believe the target contained.
-	if procs != "-" {
-		if err := joinCgroup(procs); err != nil {
-			return fail("cgroup: joining %s: %v", procs, err)
+	for _, p := range procs {
+		if err := joinCgroup(p); err != nil {
+			return fail("cgroup: joining %s: %v", p, err)
 		}
 	}
-	// Everything exec needs is built now: once RLIMIT_AS is in place the
-	// runtime may be unable to map more memory (its address-space
-	// reservations already count), so nothing after it may allocate.
+	// Everything exec needs is built now: once RLIMIT_DATA is in place the
+	// runtime may be unable to map more memory, so nothing after it may
+	// allocate.
 	debug.SetGCPercent(-1)
 	argv0p, err := unix.BytePtrFromString(argv[0])
 	if err != nil {

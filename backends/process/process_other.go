@@ -7,6 +7,7 @@ import (
 	"errors"
 
 	"github.com/portcullis/portcullis/backends/sandbox"
+	"github.com/portcullis/portcullis/wire"
 )
 
 // HelperExitCode is the exit status of a helper that refused to start the
@@ -26,3 +27,7 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sandbox.Result, error) {
 	return sandbox.Result{}, errors.New("process: runner is only supported on linux")
 }
+
+// MemoryLimit names RLIMIT_DATA outside Linux, where the runner refuses to
+// run anything anyway.
+func (r *Runner) MemoryLimit() string { return wire.MemoryLimitRlimitData }
