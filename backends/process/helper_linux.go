@@ -16,7 +16,7 @@ import (
 
 // The helper protocol. The runner re-executes the gateway binary as
 //
-//	<helper> __portcullis-exec-helper v3 <n> <procs>... <cpu> <fsize> <nofile> <data> -- <argv0> <args...>
+//	<helper> __portcullis-exec-helper v3 <n> <procs>... <m> <exec>... <cpu> <fsize> <nofile> <data> -- <argv0> <args...>
 //
 // with the child's complete environment and the status pipe as fd 3. n is
 // the number of procs arguments that follow (0 without a call cgroup; 1 for
@@ -24,19 +24,23 @@ import (
 // memory hierarchies), each the absolute, clean path of a call cgroup's
 // cgroup.procs on a cgroup filesystem; the helper writes "0" to each,
 // moving itself into the call cgroup, before anything else, so the target
-// and all it forks are born inside. (v2 took one procs argument and set
+// and all it forks are born inside. m is "-" (no exec restriction) or the
+// number of exec arguments that follow, absolute paths of the files and
+// directories the target may execute (RestrictExec, applied just before
+// the limits). (v2 took one procs argument, had no exec restriction and set
 // RLIMIT_AS where v3 sets RLIMIT_DATA; the version token changed so that a
 // mismatched helper refuses instead of misreading its arguments.) Each
 // limit is "-" (leave as inherited) or "SOFT:HARD" in decimal. The helper
-// joins the cgroups, sets the limits, verifies them, marks fd 3
-// close-on-exec and execs argv0 directly (no PATH lookup, no shell) with its
-// own environment, which is exactly Spec.Env: the protocol lives only in
-// argv, so nothing leaks into the target's environment. On any failure it
-// writes one line to fd 3 and stderr and exits with HelperExitCode, so the
-// runner never runs a program unlimited. Just before exec it writes
-// "ready\n" to fd 3: a status pipe that closes with nothing but that line is
-// the only outcome the runner treats as started, so a HelperPath that is not
-// a helper, or a helper that died early, fails closed.
+// joins the cgroups, restricts exec, sets the limits, verifies them, marks
+// fd 3 close-on-exec and execs argv0 directly (no PATH lookup, no shell)
+// with its own environment, which is exactly Spec.Env: the protocol lives
+// only in argv, so nothing leaks into the target's environment. On any
+// failure it writes one line to fd 3 and stderr and exits with
+// HelperExitCode, so the runner never runs a program unlimited or
+// unrestricted. Just before exec it writes "ready\n" to fd 3: a status pipe
+// that closes with nothing but that line is the only outcome the runner
+// treats as started, so a HelperPath that is not a helper, or a helper that
+// died early, fails closed.
 const (
 	helperArg     = "__portcullis-exec-helper"
 	helperVersion = "v3"
@@ -47,6 +51,8 @@ const (
 	nLimits = 4
 	// maxProcs is the most procs arguments (v1: pids and memory).
 	maxProcs = 2
+	// maxExecAllow is the most exec arguments.
+	maxExecAllow = 64
 	// procsBase is the only file name the helper accepts as procs.
 	procsBase = "cgroup.procs"
 )
@@ -107,11 +113,17 @@ func parseRlimitArg(s string) (rlimitArg, error) {
 
 // helperArgs builds the helper's argv (without the helper path itself);
 // procs are the call cgroups' cgroup.procs files, none without a call
-// cgroup.
-func helperArgs(procs []string, limits [nLimits]rlimitArg, argv []string) []string {
-	args := make([]string, 0, 6+len(procs)+nLimits+len(argv))
+// cgroup; execAllow nil means no exec restriction.
+func helperArgs(procs []string, execAllow []string, limits [nLimits]rlimitArg, argv []string) []string {
+	args := make([]string, 0, 7+len(procs)+len(execAllow)+nLimits+len(argv))
 	args = append(args, "portcullis-exec-helper", helperArg, helperVersion, strconv.Itoa(len(procs)))
 	args = append(args, procs...)
+	if execAllow == nil {
+		args = append(args, "-")
+	} else {
+		args = append(args, strconv.Itoa(len(execAllow)))
+		args = append(args, execAllow...)
+	}
 	for _, l := range limits {
 		args = append(args, l.String())
 	}
@@ -125,10 +137,80 @@ func helperArgs(procs []string, limits [nLimits]rlimitArg, argv []string) []stri
 // or anything else starts: the helper must do nothing but set limits and
 // exec.
 func MaybeRunHelper() {
-	if len(os.Args) < 2 || os.Args[1] != helperArg {
+	if len(os.Args) < 2 {
 		return
 	}
-	os.Exit(runHelper(os.Args[2:]))
+	switch os.Args[1] {
+	case helperArg:
+		os.Exit(runHelper(os.Args[2:]))
+	case restrictArg:
+		os.Exit(runRestrict(os.Args[2:]))
+	}
+}
+
+// The exec-restrict protocol, for a sandbox launcher that cannot itself
+// run under the restriction (bwrap: Landlock forbids the mounts it makes).
+// The launcher runs the helper as its command instead of the program:
+//
+//	<helper> __portcullis-exec-restrict v1 <m> <exec>... -- <argv0> <args...>
+//
+// and the helper restricts itself to executing the m paths (RestrictExec)
+// and execs argv0 with its own environment. On failure it writes one line
+// starting with RestrictRefusal to stderr and exits with HelperExitCode,
+// never running the program.
+const (
+	restrictArg     = "__portcullis-exec-restrict"
+	restrictVersion = "v1"
+)
+
+// RestrictRefusal starts the line an exec-restrict helper writes to stderr
+// when it refuses to run the program.
+const RestrictRefusal = "portcullis-exec-restrict: "
+
+// RestrictArgs is the argv (after the helper path) that makes the helper
+// restrict exec to allow, then exec argv.
+func RestrictArgs(allow, argv []string) []string {
+	out := make([]string, 0, 5+len(allow)+len(argv))
+	out = append(out, restrictArg, restrictVersion, strconv.Itoa(len(allow)))
+	out = append(out, allow...)
+	out = append(out, helperSep)
+	return append(out, argv...)
+}
+
+// runRestrict is the exec-restrict helper; it returns only on failure.
+func runRestrict(args []string) int {
+	fail := func(format string, a ...any) int {
+		_, _ = os.Stderr.WriteString(RestrictRefusal + fmt.Sprintf(format, a...) + "\n")
+		return HelperExitCode
+	}
+	if len(args) < 2 || args[0] != restrictVersion {
+		return fail("want %s M EXEC... -- ARGV...", restrictVersion)
+	}
+	m, err := strconv.Atoi(args[1])
+	if err != nil || m < 0 || m > maxExecAllow || len(args) < 2+m+2 || args[2+m] != helperSep {
+		return fail("want %s M EXEC... -- ARGV..., with M from 0 to %d", restrictVersion, maxExecAllow)
+	}
+	allow := args[2 : 2+m]
+	for _, p := range allow {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			return fail("%q is not a clean absolute path", p)
+		}
+	}
+	argv := args[3+m:]
+	if !filepath.IsAbs(argv[0]) {
+		return fail("argv[0] %q is not an absolute path", argv[0])
+	}
+	if err := RestrictExec(allow); err != nil {
+		return fail("%v", err)
+	}
+	err = unix.Exec(argv[0], argv, os.Environ())
+	return fail("exec %s: %v", argv[0], err)
+}
+
+// HelperPath is the real path of the binary this runner re-executes as its
+// helper, for a launcher that must make it visible inside a sandbox.
+func (r *Runner) HelperPath() (string, error) {
+	return filepath.EvalSymlinks(r.helper)
 }
 
 // runHelper applies the limits and execs the target; it returns only on
@@ -147,27 +229,47 @@ func runHelper(args []string) int {
 		return fail("status fd %d is not open: refusing to run outside the process runner", statusFD)
 	}
 	if len(args) < 2 {
-		return fail("want %s N PROCS... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+		return fail("want %s N PROCS... M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
 	}
 	if args[0] != helperVersion {
 		return fail("protocol version %q, want %q", args[0], helperVersion)
 	}
 	n, err := strconv.Atoi(args[1])
-	if err != nil || n < 0 || n > maxProcs {
-		return fail("cgroup count %q: want 0 to %d", args[1], maxProcs)
+	if err != nil || n < 0 || n > maxProcs || len(args) < 2+n {
+		return fail("cgroup count %q: want 0 to %d, each followed by its path", args[1], maxProcs)
 	}
-	limitsAt := 2 + n
-	if len(args) < limitsAt+nLimits+2 {
-		return fail("want %s N PROCS... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
-	}
-	if args[limitsAt+nLimits] != helperSep {
-		return fail("argument %d is %q, want %q", limitsAt+nLimits, args[limitsAt+nLimits], helperSep)
-	}
-	procs := args[2:limitsAt]
+	procs := args[2 : 2+n]
 	for _, p := range procs {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p || filepath.Base(p) != procsBase {
 			return fail("cgroup: %q is not a clean absolute path to %s", p, procsBase)
 		}
+	}
+	if len(args) < 3+n {
+		return fail("want %s N PROCS... M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+	}
+	var execAllow []string // nil: no restriction
+	limitsAt := 3 + n
+	if m := args[2+n]; m != "-" {
+		k, err := strconv.Atoi(m)
+		if err != nil || k < 0 || k > maxExecAllow {
+			return fail("exec count %q: want - or 0 to %d", m, maxExecAllow)
+		}
+		if len(args) < limitsAt+k {
+			return fail("want %s N PROCS... M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+		}
+		execAllow = append([]string{}, args[limitsAt:limitsAt+k]...)
+		for _, p := range execAllow {
+			if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+				return fail("exec restriction: %q is not a clean absolute path", p)
+			}
+		}
+		limitsAt += k
+	}
+	if len(args) < limitsAt+nLimits+2 {
+		return fail("want %s N PROCS... M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+	}
+	if args[limitsAt+nLimits] != helperSep {
+		return fail("argument %d is %q, want %q", limitsAt+nLimits, args[limitsAt+nLimits], helperSep)
 	}
 	var limits [nLimits]rlimitArg
 	for i := range nLimits {
@@ -188,6 +290,14 @@ func runHelper(args []string) int {
 	for _, p := range procs {
 		if err := joinCgroup(p); err != nil {
 			return fail("cgroup: joining %s: %v", p, err)
+		}
+	}
+	// The exec restriction before the limits: it opens files and may
+	// allocate. Fail closed: the target must never run unrestricted when
+	// a restriction was asked for.
+	if execAllow != nil {
+		if err := RestrictExec(execAllow); err != nil {
+			return fail("%v", err)
 		}
 	}
 	// Everything exec needs is built now: once RLIMIT_DATA is in place the

@@ -121,9 +121,28 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 
 	env := make([]string, 0, len(spec.Env)) // never nil: nil would inherit the gateway's environment
 	env = append(env, spec.Env...)
-	path, args := r.helper, helperArgs(procs, limits, target)
+	// The exec restriction covers what this runner execs itself (the
+	// program, or the launcher) besides what the spec allows.
+	var execAllow []string
+	if spec.ExecAllow != nil {
+		execAllow = append(ExecChain(target[0]), spec.ExecAllow...)
+		if len(execAllow) > maxExecAllow {
+			return sandbox.Result{}, fmt.Errorf("process: %d exec restriction paths, more than %d", len(execAllow), maxExecAllow)
+		}
+		if LandlockABI() < 1 {
+			return sandbox.Result{}, ErrNoLandlock
+		}
+	}
+	path, args := r.helper, helperArgs(procs, execAllow, limits, target)
 	files := append([]*os.File{statW}, l.ExtraFiles...)
 	if l.Direct {
+		if execAllow != nil {
+			// Without the helper nothing here restricts the program; a
+			// launcher restricts it itself (RestrictArgs) and clears
+			// ExecAllow. Landlock on the launcher would also forbid the
+			// mounts a sandbox launcher makes.
+			return sandbox.Result{}, errors.New("process: a direct launch cannot restrict exec; the launcher must (RestrictArgs)")
+		}
 		path, args, files = target[0], target, l.ExtraFiles
 	}
 	cmd := &exec.Cmd{

@@ -468,10 +468,16 @@ func TestHelperProtocolRefusals(t *testing.T) {
 	if err := os.WriteFile(notCgroupfs, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	good := []string{helperArg, helperVersion, "0", "-", "-", "-", "-", helperSep, "/bin/touch", proof}
+	// 0 helperArg, 1 version, 2 cgroup count, 3 exec count, 4-7 limits,
+	// 8 separator, 9 target.
+	good := []string{helperArg, helperVersion, "0", "-", "-", "-", "-", "-", helperSep, "/bin/touch", proof}
 	// withProcs is good with one cgroup.procs argument.
 	withProcs := func(p string) []string {
 		return slices.Insert(replace(good, 2, "1"), 3, p)
+	}
+	// withExec is good restricted to execute only the given paths.
+	withExec := func(paths ...string) []string {
+		return slices.Insert(replace(good, 3, strconv.Itoa(len(paths))), 4, paths...)
 	}
 	tests := []struct {
 		name     string
@@ -482,18 +488,23 @@ func TestHelperProtocolRefusals(t *testing.T) {
 		{name: "no status fd", args: good, noStatus: true, want: "status fd"},
 		{name: "bad version", args: replace(good, 1, "v9"), want: "protocol version"},
 		{name: "previous version", args: replace(good, 1, "v2"), want: "protocol version"},
-		{name: "missing separator", args: replace(good, 7, "x"), want: `want "--"`},
-		{name: "v2 layout", args: replace(replace(good, 1, "v2"), 2, "-"), want: "protocol version"},
-		{name: "v2 layout, v3 token", args: replace(good, 2, "-"), want: "cgroup count"},
+		{name: "missing separator", args: replace(good, 8, "x"), want: `want "--"`},
+		{name: "v2 layout", args: slices.Delete(replace(replace(good, 1, "v2"), 2, "-"), 3, 4), want: "protocol version"},
+		{name: "v2 layout, v3 token", args: slices.Delete(replace(good, 2, "-"), 3, 4), want: "cgroup count"},
 		{name: "too many cgroups", args: replace(good, 2, "3"), want: "cgroup count"},
 		{name: "negative cgroup count", args: replace(good, 2, "-1"), want: "cgroup count"},
-		{name: "cgroup count past the arguments", args: replace(good, 2, "2")[:8], want: "arguments"},
-		{name: "garbage limit", args: replace(good, 3, "lots"), want: "RLIMIT_CPU"},
-		{name: "negative limit", args: replace(good, 6, "-1:-1"), want: "RLIMIT_DATA"},
-		{name: "soft above hard", args: replace(good, 4, "9:8"), want: "soft above hard"},
-		{name: "relative target", args: replace(good, 8, "touch"), want: "not an absolute path"},
-		{name: "too few arguments", args: good[:8], want: "arguments"},
-		{name: "exec failure", args: replace(good, 8, "/nonexistent/prog"), want: "exec /nonexistent/prog"},
+		{name: "cgroup count past the arguments", args: replace(good, 2, "2")[:4], want: "cgroup count"},
+		{name: "garbage exec count", args: replace(good, 3, "x"), want: "exec count"},
+		{name: "negative exec count", args: replace(good, 3, "-2"), want: "exec count"},
+		{name: "exec count past the arguments", args: replace(good, 3, "60"), want: "arguments"},
+		{name: "relative exec path", args: withExec("bin/touch"), want: "exec restriction"},
+		{name: "exec restriction forbids the target", args: withExec("/nonexistent"), want: "exec /bin/touch: permission denied"},
+		{name: "garbage limit", args: replace(good, 4, "lots"), want: "RLIMIT_CPU"},
+		{name: "negative limit", args: replace(good, 7, "-1:-1"), want: "RLIMIT_DATA"},
+		{name: "soft above hard", args: replace(good, 5, "9:8"), want: "soft above hard"},
+		{name: "relative target", args: replace(good, 9, "touch"), want: "not an absolute path"},
+		{name: "too few arguments", args: good[:9], want: "arguments"},
+		{name: "exec failure", args: replace(good, 9, "/nonexistent/prog"), want: "exec /nonexistent/prog"},
 		{name: "relative cgroup procs", args: withProcs(procsBase), want: "cgroup"},
 		{name: "cgroup file not procs", args: withProcs("/sys/fs/cgroup/pids/tasks"), want: "cgroup"},
 		{name: "unclean cgroup procs", args: withProcs("/sys/fs/cgroup/pids/x/../cgroup.procs"), want: "cgroup"},

@@ -19,6 +19,12 @@ type Spec struct {
 	MaxOutputBytes int           // cap per stream
 	Limits         wire.Limits   // cpu_seconds, memory_bytes, fsize_bytes, nofile
 	Scope          wire.Scope    // enforced scope: grants and network posture
+	// ExecAllow, when not nil, are the only files (and directories, whose
+	// files) the program and everything it starts may execute; it must
+	// include the program itself and its ELF interpreter
+	// (process.ExecChain). Runners enforce it with Landlock and refuse to
+	// run the call where they cannot. Nil: no restriction.
+	ExecAllow []string
 }
 
 // Result is how the run ended.
