@@ -72,6 +72,17 @@ func parseDecision(v any) wire.Decision {
 		// fail closed, as for fs_deny.
 		d.Allow = false
 	}
+	if v, present := obj["exec"]; present && v != nil {
+		plan, err := parseExec(v)
+		if err != nil {
+			// Dropping a path argument or a forced flag would widen
+			// access: fail closed, as for fs_deny.
+			d.Allow = false
+			notes = append(notes, fmt.Sprintf("policy exec is malformed (%v): call denied", err))
+		} else {
+			d.Exec = plan
+		}
+	}
 	d.Network, notes = parseNetwork(obj["network"], notes)
 	d.Env, notes = parseEnv(obj["env"], notes)
 	d.Limits, notes = parseLimits(obj["limits"], notes)
@@ -103,6 +114,111 @@ func parseFSDeny(v any, notes []string) (paths []string, ok bool, _ []string) {
 		paths = append(paths, p)
 	}
 	return paths, true, notes
+}
+
+// parseExec reads the Exec plan of a decision (wire.ExecPlan). Anything
+// it does not understand is an error, never dropped: a misspelled key
+// could otherwise silently lose a path check or a forced flag.
+func parseExec(v any) (*wire.ExecPlan, error) {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("exec is %s, not an object", typeName(v))
+	}
+	p := &wire.ExecPlan{}
+	for k, val := range obj {
+		switch k {
+		case "insert":
+			list, ok := val.([]any)
+			if !ok {
+				return nil, fmt.Errorf("insert is %s, not an array", typeName(val))
+			}
+			n := 0
+			for i, item := range list {
+				ins, ok := item.(map[string]any)
+				if !ok || len(ins) != 2 {
+					return nil, fmt.Errorf("insert[%d] is not an object {at, args}", i)
+				}
+				at, ok := toInt64(ins["at"])
+				if !ok || at < 1 || at > math.MaxInt32 {
+					return nil, fmt.Errorf("insert[%d].at is not a positive integer", i)
+				}
+				args, ok := ins["args"].([]any)
+				if !ok {
+					return nil, fmt.Errorf("insert[%d].args is not an array", i)
+				}
+				a := wire.ArgInsert{At: int(at), Args: make([]string, 0, len(args))}
+				for _, x := range args {
+					s, ok := x.(string)
+					if !ok || s == "" || strings.ContainsRune(s, 0) {
+						return nil, fmt.Errorf("insert[%d].args holds something other than non-empty strings", i)
+					}
+					a.Args = append(a.Args, s)
+				}
+				if n += len(a.Args); n > wire.MaxInsertArgs {
+					return nil, fmt.Errorf("insert has more than %d arguments", wire.MaxInsertArgs)
+				}
+				p.Insert = append(p.Insert, a)
+			}
+		case "path_args":
+			list, ok := val.([]any)
+			if !ok || len(list) > wire.MaxPathArgs {
+				return nil, fmt.Errorf("path_args is not an array of at most %d entries", wire.MaxPathArgs)
+			}
+			for i, item := range list {
+				pa, ok := item.(map[string]any)
+				if !ok {
+					return nil, fmt.Errorf("path_args[%d] is not an object {index, value?}", i)
+				}
+				var arg wire.PathArg
+				for pk, pv := range pa {
+					switch pk {
+					case "index":
+						n, ok := toInt64(pv)
+						if !ok || n < 1 || n > math.MaxInt32 {
+							return nil, fmt.Errorf("path_args[%d].index is not a positive integer", i)
+						}
+						arg.Index = int(n)
+					case "value":
+						b, ok := pv.(bool)
+						if !ok {
+							return nil, fmt.Errorf("path_args[%d].value is not a boolean", i)
+						}
+						arg.Value = b
+					default:
+						return nil, fmt.Errorf("path_args[%d] has unknown key %q", i, pk)
+					}
+				}
+				if arg.Index == 0 {
+					return nil, fmt.Errorf("path_args[%d] has no index", i)
+				}
+				p.PathArgs = append(p.PathArgs, arg)
+			}
+		case "exec_restrict":
+			b, ok := val.(bool)
+			if !ok {
+				return nil, fmt.Errorf("exec_restrict is %s, not a boolean", typeName(val))
+			}
+			p.ExecRestrict = b
+		case "exec_allow":
+			list, ok := val.([]any)
+			if !ok || len(list) > wire.MaxExecAllow {
+				return nil, fmt.Errorf("exec_allow is not an array of at most %d paths", wire.MaxExecAllow)
+			}
+			for i, item := range list {
+				s, ok := item.(string)
+				if !ok || s == "" || strings.ContainsRune(s, 0) {
+					return nil, fmt.Errorf("exec_allow[%d] is not a path", i)
+				}
+				p.ExecAllow = append(p.ExecAllow, s)
+			}
+		default:
+			return nil, fmt.Errorf("unknown key %q", k)
+		}
+	}
+	if len(p.ExecAllow) > 0 && !p.ExecRestrict {
+		return nil, errors.New("exec_allow without exec_restrict")
+	}
+	return p, nil
 }
 
 // parseRuleIDs reads the rule ids that name what produced the decision.
@@ -409,6 +525,15 @@ func decisionFromAST(v ast.Value) (wire.Decision, bool) {
 				return d, false
 			}
 			d.RuleIDs = append(d.RuleIDs, string(s))
+		}
+	}
+	if t := obj.Get(keyTerm("exec")); t != nil {
+		v, err := ast.JSON(t.Value)
+		if err != nil {
+			return d, false
+		}
+		if d.Exec, err = parseExec(v); err != nil {
+			return d, false // the general parser denies with a note
 		}
 	}
 	ok = astFSGrants(obj.Get(keyTerm("fs_grants")), &d) &&

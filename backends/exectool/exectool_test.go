@@ -173,6 +173,7 @@ func TestPrepareNormalizes(t *testing.T) {
 	wantResolved := map[string]any{
 		"argv0": echo, "argv0_base": filepath.Base(echo), "argv": []any{echo, "hi"},
 		"cwd": realDir, "env_names": []any{"A", "B"},
+		"paths": []any{nil, map[string]any{"path": filepath.Join(realDir, "hi")}},
 	}
 	if d := cmp.Diff(wantResolved, call.Resolved()); d != "" {
 		t.Errorf("Resolved (-want +got):\n%s", d)
@@ -387,7 +388,15 @@ func TestEnvComposition(t *testing.T) {
 		Pass: []string{"ANTHROPIC_API_KEY", "GITHUB_TOKEN", "GOFLAGS", "DB_PASSWORD", "HOME", "NOT_SET_ANYWHERE"},
 		Set:  map[string]string{"CI": "1", "MODE": "policy"},
 	}
-	scope, res := runCall(t, tool, `{"argv":["/usr/bin/env"],"env":{"MODE":"caller","EXTRA":"x y","HOME":"/caller/home"}}`, d)
+	// What the policy sets is forced: the caller cannot override it.
+	call, err := tool.Prepare(context.Background(), json.RawMessage(`{"argv":["/usr/bin/env"],"env":{"MODE":"caller"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := call.Enforce(context.Background(), d); err == nil || wireErr(t, err).Code != wire.CodePermissionDenied || wireErr(t, err).Details["field"] != "env.MODE" {
+		t.Errorf("caller override of a policy-set variable: %v, want permission_denied naming env.MODE", err)
+	}
+	scope, res := runCall(t, tool, `{"argv":["/usr/bin/env"],"env":{"EXTRA":"x y","HOME":"/caller/home"}}`, d)
 	if res.Status != wire.StatusSucceeded {
 		t.Fatalf("status %s error %v", res.Status, res.Output.Error)
 	}
@@ -405,7 +414,7 @@ func TestEnvComposition(t *testing.T) {
 	}
 	want := map[string]string{
 		"PATH": BasePath, "HOME": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "USER": tool.user,
-		"TERM": "dumb", "SHELL": "/bin/sh", "GOFLAGS": "-mod=mod", "CI": "1", "MODE": "caller", "EXTRA": "x y",
+		"TERM": "dumb", "SHELL": "/bin/sh", "GOFLAGS": "-mod=mod", "CI": "1", "MODE": "policy", "EXTRA": "x y",
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("child env (-want +got):\n%s", d)

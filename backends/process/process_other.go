@@ -31,3 +31,13 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 // MemoryLimit names RLIMIT_DATA outside Linux, where the runner refuses to
 // run anything anyway.
 func (r *Runner) MemoryLimit() string { return wire.MemoryLimitRlimitData }
+
+// ErrNoLandlock means an exec restriction was asked for where there is no
+// Landlock (every system but Linux).
+var ErrNoLandlock = errors.New("process: exec restrictions need Landlock, which exists only on Linux")
+
+// LandlockABI is 0 outside Linux.
+func LandlockABI() int { return 0 }
+
+// ExecChain is the real path of path alone outside Linux.
+func ExecChain(path string) []string { return []string{path} }
