@@ -124,9 +124,9 @@ func TestParseExec(t *testing.T) {
 		`{"insert": [{"at": 1, "args": ["-I", "-X", "pycache_prefix=${HOME}/c"]}, {"at": 3, "args": ["--isolated"]}]}`: {
 			Insert: []wire.ArgInsert{{At: 1, Args: []string{"-I", "-X", "pycache_prefix=${HOME}/c"}}, {At: 3, Args: []string{"--isolated"}}},
 		},
-		`{"path_args": [{"index": 2}, {"index": 4, "value": true}]}`: {PathArgs: []wire.PathArg{{Index: 2}, {Index: 4, Value: true}}},
+		`{"path_args": [{"index": 2}, {"index": 4, "value": true}]}`:                  {PathArgs: []wire.PathArg{{Index: 2}, {Index: 4, Value: true}}},
 		`{"exec_restrict": true, "exec_allow": ["/usr/lib/git-core", "../pkg/tool"]}`: {ExecRestrict: true, ExecAllow: []string{"/usr/lib/git-core", "../pkg/tool"}},
-		`{"exec_restrict": true, "exec_allow": []}`:                                    {ExecRestrict: true},
+		`{"exec_restrict": true, "exec_allow": []}`:                                   {ExecRestrict: true},
 	}
 	for src, want := range ok {
 		d := parseDecision(jsonValue(t, `{"allow": true, "exec": `+src+`}`))
