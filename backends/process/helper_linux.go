@@ -200,6 +200,9 @@ func runRestrict(args []string) int {
 	if !filepath.IsAbs(argv[0]) {
 		return fail("argv[0] %q is not an absolute path", argv[0])
 	}
+	// Landlock restricts the calling thread only: the exec must come from
+	// the same thread.
+	runtime.LockOSThread()
 	if err := RestrictExec(allow); err != nil {
 		return fail("%v", err)
 	}
@@ -296,6 +299,9 @@ func runHelper(args []string) int {
 	// allocate. Fail closed: the target must never run unrestricted when
 	// a restriction was asked for.
 	if execAllow != nil {
+		// Landlock restricts the calling thread only: the exec below must
+		// come from the same thread, so this goroutine keeps it.
+		runtime.LockOSThread()
 		if err := RestrictExec(execAllow); err != nil {
 			return fail("%v", err)
 		}

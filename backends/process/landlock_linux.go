@@ -51,9 +51,10 @@ var ErrNoLandlock = errors.New("process: the program's exec restriction needs La
 
 // RestrictExec restricts the calling thread, and every process it starts
 // afterwards, to executing the files in allow and the files beneath the
-// directories in allow. It must run on a locked OS thread that is never
-// returned to the scheduler (process.Launch.OnThread, or the exec helper
-// just before its exec): the restriction cannot be lifted. Paths that do
+// directories in allow. It must run on a locked OS thread (LockOSThread)
+// that then makes the exec itself and is never returned to the scheduler:
+// Landlock binds the thread, not the process, and the restriction cannot
+// be lifted. Paths that do
 // not exist are skipped; an empty allow list permits no execution at all.
 // It sets no_new_privs first when the thread lacks CAP_SYS_ADMIN, as the
 // kernel requires.
