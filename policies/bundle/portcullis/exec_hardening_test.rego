@@ -29,7 +29,7 @@ _git_env := {
 
 _git_allow := ["/usr/lib/git-core", "/usr/libexec/git-core"]
 
-_npm_env := {"NPM_CONFIG_UPDATE_NOTIFIER": "false", "NPM_CONFIG_USERCONFIG": "/dev/null", "NPM_CONFIG_GLOBALCONFIG": "/dev/null"}
+_npm_env := {"NPM_CONFIG_UPDATE_NOTIFIER": "false", "NPM_CONFIG_USERCONFIG": "/dev/null"}
 
 _restricted(allow) := {"exec_restrict": true, "exec_allow": allow}
 
@@ -238,6 +238,15 @@ test_path_args if {
 		f := portcullis.full_decision with input as _exec(c[0], c[1]) with data.portcullis.config.exec.profiles as profiles
 		f == d
 	}
+}
+
+# npm is a script under /usr/lib/node_modules; its real name is an alias.
+test_npm_by_its_real_path if {
+	d := portcullis.decision with input as _exec(["/usr/lib/node_modules/npm/bin/npm-cli.js", "--version"], "npm-cli.js")
+	d.allow == true
+	d.env.set == _npm_env
+	n := portcullis.decision with input as _exec(["/usr/lib/node_modules/npm/bin/npx-cli.js", "--version"], "npx-cli.js")
+	n.allow == false
 }
 
 test_full_profile_has_no_exec_plan if {

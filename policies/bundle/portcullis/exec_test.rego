@@ -83,7 +83,7 @@ test_passive_matches_real_basename_not_caller_name if {
 test_passive_program_outside_dirs_denied if {
 	d := portcullis.decision with input as _exec(["/srv/work/echo", "hi"], "echo")
 	d.allow == false
-	d.reasons == ["program /srv/work/echo not allowed by profile passive: not under /usr/bin, /usr/local/bin, /usr/local/go/bin, /usr/lib/go/bin"]
+	d.reasons == ["program /srv/work/echo not allowed by profile passive: not under /usr/bin, /usr/local/bin, /usr/local/go/bin, /usr/lib/go/bin, /usr/lib/node_modules/npm/bin"]
 }
 
 test_passive_dir_prefix_is_a_path_prefix if {
