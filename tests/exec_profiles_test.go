@@ -141,11 +141,20 @@ func execIn(cwd string, argv ...string) map[string]any {
 // system's config out of the way.
 func gitHost(t *testing.T, dir string, args ...string) {
 	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+	env := []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
 		"GIT_AUTHOR_NAME=e2e", "GIT_AUTHOR_EMAIL=e2e@example.com", "GIT_COMMITTER_NAME=e2e", "GIT_COMMITTER_EMAIL=e2e@example.com"}
-	if out, err := cmd.CombinedOutput(); err != nil {
+	cmd := exec.Command("git", args...)
+	cmd.Dir, cmd.Env = dir, env
+	out, err := cmd.CombinedOutput()
+	if err != nil && strings.Contains(string(out), "Text file busy") {
+		// A script just written can be held open for writing by a child
+		// that another test forked at that moment (until it execs).
+		time.Sleep(200 * time.Millisecond)
+		cmd = exec.Command(cmd.Path, cmd.Args[1:]...)
+		cmd.Dir, cmd.Env = dir, env
+		out, err = cmd.CombinedOutput()
+	}
+	if err != nil {
 		t.Fatalf("git %v: %v\n%s", args, err, out)
 	}
 }
@@ -454,8 +463,13 @@ func plantGit(t *testing.T, dir string) {
 	}
 	f.Close()
 	writeFile(t, filepath.Join(dir, ".gitattributes"), []byte("* filter=x diff=x\n"))
-	// A change git must hash to report: the clean filter runs on it.
-	writeFile(t, filepath.Join(dir, "a.txt"), []byte("first\nchanged\n"))
+	// A change of the same size and a new mtime: git cannot tell from
+	// the stat data and must hash the file, running the clean filter.
+	writeFile(t, filepath.Join(dir, "a.txt"), []byte("FIRST\n"))
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(filepath.Join(dir, "a.txt"), later, later); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // plantGo is a module that asks for a toolchain this machine does not
