@@ -165,10 +165,10 @@ func gitHost(t *testing.T, dir string, args ...string) {
 func cleanTree(t *testing.T, dir string) {
 	t.Helper()
 	for name, content := range map[string]string{
-		"a.py":      "def f(x):\n    return x + 1\n",
-		"notes.txt": "one\ntwo\nthree\n",
-		"m/go.mod":  "module example.com/m\n\ngo 1.22\n",
-		"m/m.go":    "package m\n\n// F adds one.\nfunc F(x int) int { return x + 1 }\n",
+		"a.py":       "def f(x):\n    return x + 1\n",
+		"notes.txt":  "one\ntwo\nthree\n",
+		"m/go.mod":   "module example.com/m\n\ngo 1.22\n",
+		"m/m.go":     "package m\n\n// F adds one.\nfunc F(x int) int { return x + 1 }\n",
 		"repo/a.txt": "first\n",
 	} {
 		p := filepath.Join(dir, name)

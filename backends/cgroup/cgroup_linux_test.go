@@ -176,7 +176,7 @@ func TestNewCallMemory(t *testing.T) {
 	}
 
 	// run allocates and touches mb MiB inside a fresh call limited to 64 MiB.
-	run := func(mb int) (error, int) {
+	run := func(mb int) (int, error) {
 		c, err := p.NewCallLimits(Limits{Pids: 8, MemoryBytes: 64 << 20})
 		if err != nil {
 			t.Fatal(err)
@@ -206,15 +206,15 @@ func TestNewCallMemory(t *testing.T) {
 		}
 		_, _ = release.Write([]byte("go\n"))
 		err = cmd.Wait()
-		return err, c.OOMKills()
+		return c.OOMKills(), err
 	}
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("no /usr/bin/python3 to allocate with")
 	}
-	if err, kills := run(16); err != nil || kills != 0 {
+	if kills, err := run(16); err != nil || kills != 0 {
 		t.Errorf("16 MiB under a 64 MiB limit: %v, %d OOM kills", err, kills)
 	}
-	err, kills := run(256)
+	kills, err := run(256)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Errorf("256 MiB under a 64 MiB limit ended with %v, want SIGKILL", err)
