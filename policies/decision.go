@@ -528,19 +528,133 @@ func decisionFromAST(v ast.Value) (wire.Decision, bool) {
 		}
 	}
 	if t := obj.Get(keyTerm("exec")); t != nil {
-		v, err := ast.JSON(t.Value)
-		if err != nil {
-			return d, false
+		plan, ok := astExec(t)
+		if !ok {
+			return d, false // the general parser reads it, or denies with a note
 		}
-		if d.Exec, err = parseExec(v); err != nil {
-			return d, false // the general parser denies with a note
-		}
+		d.Exec = plan
 	}
 	ok = astFSGrants(obj.Get(keyTerm("fs_grants")), &d) &&
 		astNetwork(obj.Get(keyTerm("network")), &d) &&
 		astEnv(obj.Get(keyTerm("env")), &d) &&
 		astLimits(obj.Get(keyTerm("limits")), &d)
 	return d, ok
+}
+
+// astExec reads a well-formed Exec plan straight from the AST; false for
+// anything parseExec would refuse (or that this reader does not take).
+func astExec(t *ast.Term) (*wire.ExecPlan, bool) {
+	o, ok := t.Value.(ast.Object)
+	if !ok {
+		return nil, false
+	}
+	p := &wire.ExecPlan{}
+	nins := 0
+	err := o.Iter(func(k, v *ast.Term) error {
+		key, ok := k.Value.(ast.String)
+		if !ok {
+			return errNotClean
+		}
+		switch key {
+		case "insert":
+			list, ok := v.Value.(*ast.Array)
+			if !ok {
+				return errNotClean
+			}
+			for i := range list.Len() {
+				ins, ok := list.Elem(i).Value.(ast.Object)
+				if !ok || ins.Len() != 2 {
+					return errNotClean
+				}
+				at, ok := astInt(ins.Get(keyTerm("at")))
+				args, ok2 := astStrings(ins.Get(keyTerm("args")))
+				if !ok || !ok2 || at < 1 || at > math.MaxInt32 {
+					return errNotClean
+				}
+				if nins += len(args); nins > wire.MaxInsertArgs {
+					return errNotClean
+				}
+				p.Insert = append(p.Insert, wire.ArgInsert{At: int(at), Args: args})
+			}
+		case "path_args":
+			list, ok := v.Value.(*ast.Array)
+			if !ok || list.Len() > wire.MaxPathArgs {
+				return errNotClean
+			}
+			for i := range list.Len() {
+				pa, ok := list.Elem(i).Value.(ast.Object)
+				if !ok || pa.Len() < 1 || pa.Len() > 2 {
+					return errNotClean
+				}
+				idx, ok := astInt(pa.Get(keyTerm("index")))
+				if !ok || idx < 1 || idx > math.MaxInt32 {
+					return errNotClean
+				}
+				arg := wire.PathArg{Index: int(idx)}
+				if pa.Len() == 2 {
+					b, ok := pa.Get(keyTerm("value")).Value.(ast.Boolean)
+					if !ok {
+						return errNotClean
+					}
+					arg.Value = bool(b)
+				}
+				p.PathArgs = append(p.PathArgs, arg)
+			}
+		case "exec_restrict":
+			b, ok := v.Value.(ast.Boolean)
+			if !ok {
+				return errNotClean
+			}
+			p.ExecRestrict = bool(b)
+		case "exec_allow":
+			list, ok := astStrings(v)
+			if !ok || len(list) > wire.MaxExecAllow {
+				return errNotClean
+			}
+			if len(list) > 0 {
+				p.ExecAllow = list
+			}
+		default:
+			return errNotClean
+		}
+		return nil
+	})
+	if err != nil || (len(p.ExecAllow) > 0 && !p.ExecRestrict) {
+		return nil, false
+	}
+	return p, true
+}
+
+// astInt is an integer term's value.
+func astInt(t *ast.Term) (int64, bool) {
+	if t == nil {
+		return 0, false
+	}
+	n, ok := t.Value.(ast.Number)
+	if !ok {
+		return 0, false
+	}
+	return n.Int64()
+}
+
+// astStrings is an array term of non-empty strings without NUL.
+func astStrings(t *ast.Term) ([]string, bool) {
+	if t == nil {
+		return nil, false
+	}
+	list, ok := t.Value.(*ast.Array)
+	if !ok {
+		return nil, false
+	}
+	out := make([]string, 0, list.Len())
+	for i := range list.Len() {
+		s, ok := list.Elem(i).Value.(ast.String)
+		if !ok || s == "" || strings.ContainsRune(string(s), 0) {
+			return nil, false
+		}
+		out = append(out, string(s))
+	}
+	return out, true
 }
 
 func astString(o ast.Object, key string) (string, bool, bool) {

@@ -309,21 +309,38 @@ exec_part := {"exec": plan_for(_matched, args)} if {
 # arguments; the path arguments of every matched shape (a shape that does
 # not treat an argument as a path cannot unmake another's check); the exec
 # restriction when any matched shape restricts, with all their allows.
-plan_for(matched, args) := object.union_n([
+plan_for(matched, args) := object.union(matched[0].restriction, {"path_args": _path_args(matched[0], args), "insert": matched[0].inserts}) if {
+	count(matched) == 1 # the common case: the shape's constants, as compiled
+	count(matched[0].inserts) > 0
+} else := object.union(matched[0].restriction, {"path_args": _path_args(matched[0], args)}) if {
+	count(matched) == 1
+} else := object.union_n([
 	{"path_args": sort({x | some s in matched; some x in _shape_path_args(s, args)})},
-	{"insert": ins | ins := _inserts(matched[0]); count(ins) > 0},
+	{"insert": ins | ins := matched[0].inserts; count(ins) > 0},
 	_restriction(matched),
 ])
+
+# _path_args are the path arguments of one shape, sorted. For the common
+# shape (operands are paths, no path_flags) and arguments without "--" it
+# takes a shortcut that gives the same answer (exec_hardening_test.rego
+# checks both ways).
+_path_args(s, args) := [{"index": k} |
+	some j, a in array.slice(args, s.n, count(args))
+	not startswith(a, "-")
+	k := 1 + s.n + j
+] if {
+	s.paths
+	count(s.pflags) == 0
+	not "--" in args
+} else := [] if {
+	not s.paths
+	count(s.pflags) == 0
+} else := sort(_shape_path_args(s, args))
 
 _restriction(matched) := {"exec_restrict": true, "exec_allow": sort({a | some s in matched; some a in s.allow})} if {
 	some s in matched
 	s.restrict
 } else := {}
-
-_inserts(s) := array.concat(
-	[{"at": 1, "args": s.before} | count(s.before) > 0],
-	[{"at": s.n + 1, "args": s.after} | count(s.after) > 0],
-)
 
 # _shape_path_args are the argv positions (argv[0] is 0) of the arguments
 # shape s says name paths: its operands, when path_operands; everything
@@ -336,10 +353,9 @@ _shape_path_args(s, args) := {x |
 	x := _path_arg(s, a, j, dd, 1 + s.n + j)
 }
 
-_dashdash(rest) := min(is) if {
-	is := {i | rest[i] == "--"}
-	count(is) > 0
-} else := count(rest)
+_dashdash(rest) := count(rest) if {
+	not "--" in rest
+} else := min({i | rest[i] == "--"})
 
 _path_arg(s, _, j, dd, k) := {"index": k} if {
 	s.paths

@@ -260,3 +260,13 @@ test_shipped_limits_leave_cpu_to_the_timeout if {
 	d := portcullis.decision with input as _exec(["/usr/bin/true"], "true")
 	d.limits == {"timeout_s": 60, "memory_bytes": 536870912, "fsize_bytes": 67108864, "nofile": 256, "max_output_bytes": 262144}
 }
+
+# The shortcut of _path_args agrees with the general computation.
+test_path_args_shortcut_agrees if {
+	every c in _shape_cases {
+		inp := _exec(c[1], c[2])
+		args := array.slice(c[1], 1, count(c[1]))
+		some s in data.portcullis.exec._matched with input as inp
+		data.portcullis.exec._path_args(s, args) == sort(data.portcullis.exec._shape_path_args(s, args))
+	}
+}

@@ -274,6 +274,8 @@ _shape(s, prog, h, prof) := object.union_n([
 		"pflags": {f | some f in array.concat(object.get(h, "path_flags", []), object.get(s, "path_flags", []))},
 		"restrict": _restrict(s, h, prof),
 		"allow": array.concat(object.get(h, "exec_allow", []), object.get(s, "exec_allow", [])),
+		"inserts": _inserts(s, h, p),
+		"restriction": _restriction(s, h, prof),
 	},
 	{"max": m | m := s.max_rest},
 ]) if {
@@ -295,6 +297,20 @@ _shape(s, prog, h, prof) := object.union_n([
 	}
 	is_boolean(object.get(s, "path_operands", true))
 }
+
+# _inserts are a shape's forced arguments as the decision's exec.insert
+# gives them (argv positions 1 and after the prefix); a constant of the
+# shape, computed here once per bundle.
+_inserts(s, h, p) := array.concat(
+	[{"at": 1, "args": before} | before := array.concat(object.get(h, "insert_before", []), object.get(s, "insert_before", [])); count(before) > 0],
+	[{"at": count(p) + 1, "args": after} | after := array.concat(object.get(h, "insert_after", []), object.get(s, "insert_after", [])); count(after) > 0],
+)
+
+# _restriction is a shape's exec restriction as the decision gives it, {}
+# when the shape does not restrict.
+_restriction(s, h, prof) := {"exec_restrict": true, "exec_allow": sort({a | some a in array.concat(object.get(h, "exec_allow", []), object.get(s, "exec_allow", []))})} if {
+	_restrict(s, h, prof)
+} else := {}
 
 # _strings_or_absent holds when o[k] is absent or an array of non-empty strings.
 _strings_or_absent(o, k) if not _present(o, k)
