@@ -53,14 +53,36 @@ func copyScope(in *wire.Scope) *wire.Scope {
 		Limits:   in.Limits,
 		Backend:  jsonString(in.Backend),
 		FSDeny:   jsonStrings(in.FSDeny),
+		// How memory_bytes was enforced, and the Exec plan (forced
+		// arguments, path arguments, exec restriction) are evidence too.
+		MemoryLimit: jsonString(in.MemoryLimit),
+		Exec:        copyExecPlan(in.Exec),
 	}
 	if in.FSGrants != nil {
 		s.FSGrants = make([]wire.FSGrant, len(in.FSGrants))
 		for i, g := range in.FSGrants {
-			s.FSGrants[i] = wire.FSGrant{Path: jsonString(g.Path), Mode: jsonString(g.Mode), Alias: jsonString(g.Alias)}
+			s.FSGrants[i] = wire.FSGrant{Path: jsonString(g.Path), Mode: jsonString(g.Mode), Alias: jsonString(g.Alias), AllowAutorun: g.AllowAutorun}
 		}
 	}
 	return s
+}
+
+func copyExecPlan(in *wire.ExecPlan) *wire.ExecPlan {
+	if in == nil {
+		return nil
+	}
+	p := &wire.ExecPlan{ExecRestrict: in.ExecRestrict}
+	// omitempty: an empty list reads back as absent (nil).
+	for _, ins := range in.Insert {
+		p.Insert = append(p.Insert, wire.ArgInsert{At: ins.At, Args: jsonStrings(ins.Args)})
+	}
+	if len(in.PathArgs) > 0 {
+		p.PathArgs = slices.Clone(in.PathArgs)
+	}
+	if len(in.ExecAllow) > 0 {
+		p.ExecAllow = jsonStrings(in.ExecAllow)
+	}
+	return p
 }
 
 func copyOutcome(in *wire.Outcome) (*wire.Outcome, error) {

@@ -53,11 +53,21 @@ func TestCopyMatchesJSONRoundTrip(t *testing.T) {
 		sc := &wire.Scope{
 			Network:  wire.Network{Posture: str(), Allow: strs()},
 			EnvNames: strs(), Backend: str(), FSDeny: strs(),
-			Limits: wire.Limits{TimeoutS: r.IntN(100), MemoryBytes: r.Int64()},
+			Limits:      wire.Limits{TimeoutS: r.IntN(100), MemoryBytes: r.Int64()},
+			MemoryLimit: str(),
 		}
 		if r.IntN(3) > 0 {
 			for range r.IntN(3) {
-				sc.FSGrants = append(sc.FSGrants, wire.FSGrant{Path: str(), Mode: str(), Alias: str()})
+				sc.FSGrants = append(sc.FSGrants, wire.FSGrant{Path: str(), Mode: str(), Alias: str(), AllowAutorun: r.IntN(2) == 0})
+			}
+		}
+		if r.IntN(2) == 0 {
+			sc.Exec = &wire.ExecPlan{ExecRestrict: r.IntN(2) == 0, ExecAllow: strs()}
+			for range r.IntN(3) {
+				sc.Exec.Insert = append(sc.Exec.Insert, wire.ArgInsert{At: r.IntN(9), Args: strs()})
+			}
+			for range r.IntN(3) {
+				sc.Exec.PathArgs = append(sc.Exec.PathArgs, wire.PathArg{Index: r.IntN(9), Value: r.IntN(2) == 0})
 			}
 		}
 		o := &wire.Outcome{Status: str(), OutputSHA256: str(), DurationMS: r.Int64N(1e6), Backend: str()}

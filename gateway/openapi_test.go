@@ -89,6 +89,7 @@ func TestOpenAPISchemasMatchWire(t *testing.T) {
 		"ReceiptChain": wire.ReceiptChain{}, "InclusionProof": wire.InclusionProof{}, "ReceiptProof": wire.ReceiptProof{},
 		"StatsBucket": wire.StatsBucket{}, "EvidenceStats": wire.EvidenceStats{},
 		"HoldRequest": wire.HoldRequest{}, "HoldReleaseRequest": wire.HoldReleaseRequest{}, "Hold": wire.Hold{}, "HoldList": wire.HoldList{},
+		"ExecPlan": wire.ExecPlan{}, "ArgInsert": wire.ArgInsert{}, "PathArg": wire.PathArg{},
 	}
 	for name := range doc.Components.Schemas {
 		if _, ok := types[name]; !ok {

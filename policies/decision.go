@@ -72,6 +72,17 @@ func parseDecision(v any) wire.Decision {
 		// fail closed, as for fs_deny.
 		d.Allow = false
 	}
+	if v, present := obj["exec"]; present && v != nil {
+		plan, err := parseExec(v)
+		if err != nil {
+			// Dropping a path argument or a forced flag would widen
+			// access: fail closed, as for fs_deny.
+			d.Allow = false
+			notes = append(notes, fmt.Sprintf("policy exec is malformed (%v): call denied", err))
+		} else {
+			d.Exec = plan
+		}
+	}
 	d.Network, notes = parseNetwork(obj["network"], notes)
 	d.Env, notes = parseEnv(obj["env"], notes)
 	d.Limits, notes = parseLimits(obj["limits"], notes)
@@ -103,6 +114,111 @@ func parseFSDeny(v any, notes []string) (paths []string, ok bool, _ []string) {
 		paths = append(paths, p)
 	}
 	return paths, true, notes
+}
+
+// parseExec reads the Exec plan of a decision (wire.ExecPlan). Anything
+// it does not understand is an error, never dropped: a misspelled key
+// could otherwise silently lose a path check or a forced flag.
+func parseExec(v any) (*wire.ExecPlan, error) {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("exec is %s, not an object", typeName(v))
+	}
+	p := &wire.ExecPlan{}
+	for k, val := range obj {
+		switch k {
+		case "insert":
+			list, ok := val.([]any)
+			if !ok {
+				return nil, fmt.Errorf("insert is %s, not an array", typeName(val))
+			}
+			n := 0
+			for i, item := range list {
+				ins, ok := item.(map[string]any)
+				if !ok || len(ins) != 2 {
+					return nil, fmt.Errorf("insert[%d] is not an object {at, args}", i)
+				}
+				at, ok := toInt64(ins["at"])
+				if !ok || at < 1 || at > math.MaxInt32 {
+					return nil, fmt.Errorf("insert[%d].at is not a positive integer", i)
+				}
+				args, ok := ins["args"].([]any)
+				if !ok {
+					return nil, fmt.Errorf("insert[%d].args is not an array", i)
+				}
+				a := wire.ArgInsert{At: int(at), Args: make([]string, 0, len(args))}
+				for _, x := range args {
+					s, ok := x.(string)
+					if !ok || s == "" || strings.ContainsRune(s, 0) {
+						return nil, fmt.Errorf("insert[%d].args holds something other than non-empty strings", i)
+					}
+					a.Args = append(a.Args, s)
+				}
+				if n += len(a.Args); n > wire.MaxInsertArgs {
+					return nil, fmt.Errorf("insert has more than %d arguments", wire.MaxInsertArgs)
+				}
+				p.Insert = append(p.Insert, a)
+			}
+		case "path_args":
+			list, ok := val.([]any)
+			if !ok || len(list) > wire.MaxPathArgs {
+				return nil, fmt.Errorf("path_args is not an array of at most %d entries", wire.MaxPathArgs)
+			}
+			for i, item := range list {
+				pa, ok := item.(map[string]any)
+				if !ok {
+					return nil, fmt.Errorf("path_args[%d] is not an object {index, value?}", i)
+				}
+				var arg wire.PathArg
+				for pk, pv := range pa {
+					switch pk {
+					case "index":
+						n, ok := toInt64(pv)
+						if !ok || n < 1 || n > math.MaxInt32 {
+							return nil, fmt.Errorf("path_args[%d].index is not a positive integer", i)
+						}
+						arg.Index = int(n)
+					case "value":
+						b, ok := pv.(bool)
+						if !ok {
+							return nil, fmt.Errorf("path_args[%d].value is not a boolean", i)
+						}
+						arg.Value = b
+					default:
+						return nil, fmt.Errorf("path_args[%d] has unknown key %q", i, pk)
+					}
+				}
+				if arg.Index == 0 {
+					return nil, fmt.Errorf("path_args[%d] has no index", i)
+				}
+				p.PathArgs = append(p.PathArgs, arg)
+			}
+		case "exec_restrict":
+			b, ok := val.(bool)
+			if !ok {
+				return nil, fmt.Errorf("exec_restrict is %s, not a boolean", typeName(val))
+			}
+			p.ExecRestrict = b
+		case "exec_allow":
+			list, ok := val.([]any)
+			if !ok || len(list) > wire.MaxExecAllow {
+				return nil, fmt.Errorf("exec_allow is not an array of at most %d paths", wire.MaxExecAllow)
+			}
+			for i, item := range list {
+				s, ok := item.(string)
+				if !ok || s == "" || strings.ContainsRune(s, 0) {
+					return nil, fmt.Errorf("exec_allow[%d] is not a path", i)
+				}
+				p.ExecAllow = append(p.ExecAllow, s)
+			}
+		default:
+			return nil, fmt.Errorf("unknown key %q", k)
+		}
+	}
+	if len(p.ExecAllow) > 0 && !p.ExecRestrict {
+		return nil, errors.New("exec_allow without exec_restrict")
+	}
+	return p, nil
 }
 
 // parseRuleIDs reads the rule ids that name what produced the decision.
@@ -411,11 +527,134 @@ func decisionFromAST(v ast.Value) (wire.Decision, bool) {
 			d.RuleIDs = append(d.RuleIDs, string(s))
 		}
 	}
+	if t := obj.Get(keyTerm("exec")); t != nil {
+		plan, ok := astExec(t)
+		if !ok {
+			return d, false // the general parser reads it, or denies with a note
+		}
+		d.Exec = plan
+	}
 	ok = astFSGrants(obj.Get(keyTerm("fs_grants")), &d) &&
 		astNetwork(obj.Get(keyTerm("network")), &d) &&
 		astEnv(obj.Get(keyTerm("env")), &d) &&
 		astLimits(obj.Get(keyTerm("limits")), &d)
 	return d, ok
+}
+
+// astExec reads a well-formed Exec plan straight from the AST; false for
+// anything parseExec would refuse (or that this reader does not take).
+func astExec(t *ast.Term) (*wire.ExecPlan, bool) {
+	o, ok := t.Value.(ast.Object)
+	if !ok {
+		return nil, false
+	}
+	p := &wire.ExecPlan{}
+	nins := 0
+	err := o.Iter(func(k, v *ast.Term) error {
+		key, ok := k.Value.(ast.String)
+		if !ok {
+			return errNotClean
+		}
+		switch key {
+		case "insert":
+			list, ok := v.Value.(*ast.Array)
+			if !ok {
+				return errNotClean
+			}
+			for i := range list.Len() {
+				ins, ok := list.Elem(i).Value.(ast.Object)
+				if !ok || ins.Len() != 2 {
+					return errNotClean
+				}
+				at, ok := astInt(ins.Get(keyTerm("at")))
+				args, ok2 := astStrings(ins.Get(keyTerm("args")))
+				if !ok || !ok2 || at < 1 || at > math.MaxInt32 {
+					return errNotClean
+				}
+				if nins += len(args); nins > wire.MaxInsertArgs {
+					return errNotClean
+				}
+				p.Insert = append(p.Insert, wire.ArgInsert{At: int(at), Args: args})
+			}
+		case "path_args":
+			list, ok := v.Value.(*ast.Array)
+			if !ok || list.Len() > wire.MaxPathArgs {
+				return errNotClean
+			}
+			for i := range list.Len() {
+				pa, ok := list.Elem(i).Value.(ast.Object)
+				if !ok || pa.Len() < 1 || pa.Len() > 2 {
+					return errNotClean
+				}
+				idx, ok := astInt(pa.Get(keyTerm("index")))
+				if !ok || idx < 1 || idx > math.MaxInt32 {
+					return errNotClean
+				}
+				arg := wire.PathArg{Index: int(idx)}
+				if pa.Len() == 2 {
+					b, ok := pa.Get(keyTerm("value")).Value.(ast.Boolean)
+					if !ok {
+						return errNotClean
+					}
+					arg.Value = bool(b)
+				}
+				p.PathArgs = append(p.PathArgs, arg)
+			}
+		case "exec_restrict":
+			b, ok := v.Value.(ast.Boolean)
+			if !ok {
+				return errNotClean
+			}
+			p.ExecRestrict = bool(b)
+		case "exec_allow":
+			list, ok := astStrings(v)
+			if !ok || len(list) > wire.MaxExecAllow {
+				return errNotClean
+			}
+			if len(list) > 0 {
+				p.ExecAllow = list
+			}
+		default:
+			return errNotClean
+		}
+		return nil
+	})
+	if err != nil || (len(p.ExecAllow) > 0 && !p.ExecRestrict) {
+		return nil, false
+	}
+	return p, true
+}
+
+// astInt is an integer term's value.
+func astInt(t *ast.Term) (int64, bool) {
+	if t == nil {
+		return 0, false
+	}
+	n, ok := t.Value.(ast.Number)
+	if !ok {
+		return 0, false
+	}
+	return n.Int64()
+}
+
+// astStrings is an array term of non-empty strings without NUL.
+func astStrings(t *ast.Term) ([]string, bool) {
+	if t == nil {
+		return nil, false
+	}
+	list, ok := t.Value.(*ast.Array)
+	if !ok {
+		return nil, false
+	}
+	out := make([]string, 0, list.Len())
+	for i := range list.Len() {
+		s, ok := list.Elem(i).Value.(ast.String)
+		if !ok || s == "" || strings.ContainsRune(string(s), 0) {
+			return nil, false
+		}
+		out = append(out, string(s))
+	}
+	return out, true
 }
 
 func astString(o ast.Object, key string) (string, bool, bool) {

@@ -2,11 +2,15 @@ package policies
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"testing/fstest"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/portcullis/portcullis/wire"
 )
 
 func TestIndexPrecomputedForShipped(t *testing.T) {
@@ -86,6 +90,13 @@ func TestDecisionFromASTAgreesWithParseDecision(t *testing.T) {
 		`{"allow": true, "rule_ids": ["has space"]}`,
 		`{"allow": false, "reasons": ["no"], "rule_ids": [""]}`,
 		`{"allow": true, "rule_ids": null}`,
+		`{"allow": true, "exec": {"insert": [{"at": 1, "args": ["-I"]}], "path_args": [{"index": 2}, {"index": 3, "value": true}], "exec_restrict": true, "exec_allow": ["../pkg/tool"]}}`,
+		`{"allow": true, "exec": {"path_args": []}}`,
+		`{"allow": true, "exec": {"path_arg": [{"index": 1}]}}`,
+		`{"allow": true, "exec": {"path_args": [{"index": 0}]}}`,
+		`{"allow": true, "exec": {"insert": [{"at": 1, "args": [""]}]}}`,
+		`{"allow": true, "exec": {"exec_allow": ["/usr"]}}`,
+		`{"allow": true, "exec": []}`,
 	} {
 		v := ast.MustParseTerm(src).Value
 		x, err := ast.JSON(v)
@@ -102,4 +113,52 @@ func TestDecisionFromASTAgreesWithParseDecision(t *testing.T) {
 			t.Errorf("%s: decisionOf = %+v, %v; want %+v", src, got, err, want)
 		}
 	}
+}
+
+// TestParseExec: the Exec plan is read exactly; anything malformed denies
+// the call (a dropped path check or forced flag would widen access).
+func TestParseExec(t *testing.T) {
+	t.Parallel()
+	ok := map[string]wire.ExecPlan{
+		`{}`: {},
+		`{"insert": [{"at": 1, "args": ["-I", "-X", "pycache_prefix=${HOME}/c"]}, {"at": 3, "args": ["--isolated"]}]}`: {
+			Insert: []wire.ArgInsert{{At: 1, Args: []string{"-I", "-X", "pycache_prefix=${HOME}/c"}}, {At: 3, Args: []string{"--isolated"}}},
+		},
+		`{"path_args": [{"index": 2}, {"index": 4, "value": true}]}`:                  {PathArgs: []wire.PathArg{{Index: 2}, {Index: 4, Value: true}}},
+		`{"exec_restrict": true, "exec_allow": ["/usr/lib/git-core", "../pkg/tool"]}`: {ExecRestrict: true, ExecAllow: []string{"/usr/lib/git-core", "../pkg/tool"}},
+		`{"exec_restrict": true, "exec_allow": []}`:                                   {ExecRestrict: true},
+	}
+	for src, want := range ok {
+		d := parseDecision(jsonValue(t, `{"allow": true, "exec": `+src+`}`))
+		if !d.Allow || d.Exec == nil {
+			t.Errorf("%s: denied (%v)", src, d.Reasons)
+			continue
+		}
+		if diff := cmp.Diff(want, *d.Exec, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s: (-want +got):\n%s", src, diff)
+		}
+	}
+	for _, src := range []string{
+		`[]`, `"x"`, `{"unknown": 1}`, `{"insert": {}}`, `{"insert": [{"at": 0, "args": ["x"]}]}`,
+		`{"insert": [{"at": 1.5, "args": ["x"]}]}`, `{"insert": [{"at": 1}]}`, `{"insert": [{"at": 1, "args": ["x"], "extra": 1}]}`,
+		`{"insert": [{"at": 1, "args": [""]}]}`, `{"insert": [{"at": 1, "args": ["a\u0000"]}]}`, `{"insert": [{"at": 1, "args": [1]}]}`,
+		`{"path_args": {}}`, `{"path_args": [1]}`, `{"path_args": [{}]}`, `{"path_args": [{"index": -1}]}`,
+		`{"path_args": [{"index": 1, "value": "yes"}]}`, `{"path_args": [{"index": 1, "kind": "r"}]}`,
+		`{"exec_restrict": "true"}`, `{"exec_allow": ["/usr"]}`, `{"exec_restrict": true, "exec_allow": "/usr"}`,
+		`{"exec_restrict": true, "exec_allow": [""]}`,
+	} {
+		d := parseDecision(jsonValue(t, `{"allow": true, "exec": `+src+`}`))
+		if d.Allow || d.Exec != nil || len(d.Reasons) == 0 || !strings.Contains(d.Reasons[len(d.Reasons)-1], "policy exec is malformed") {
+			t.Errorf("%s: allow %v exec %+v reasons %v, want a denial noting the malformed exec", src, d.Allow, d.Exec, d.Reasons)
+		}
+	}
+}
+
+func jsonValue(t *testing.T, src string) any {
+	t.Helper()
+	v, err := ast.JSON(ast.MustParseTerm(src).Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

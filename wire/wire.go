@@ -164,12 +164,63 @@ type Decision struct {
 	// FSDeny lists paths the OS sandbox hides even inside the grants, on
 	// top of the built-in ones (~/.ssh, .env files ...).
 	FSDeny []string `json:"fs_deny,omitempty"`
+	// Exec is what the policy decided about how an Exec call's argv runs:
+	// arguments the gateway forces in, which arguments name paths, and
+	// what the program may execute. Nil for other tools and for profiles
+	// that take any argv.
+	Exec *ExecPlan `json:"exec,omitempty"`
 	// RuleIDs name the policy rules that produced the decision: for a deny
 	// the rules that fired, for an allow the grant and Exec shape(s) that
 	// allowed it. Stable identifiers chosen by the policy author (see
 	// ValidRuleID); absent when the policy names none.
 	RuleIDs []string `json:"rule_ids,omitempty"`
 }
+
+// ExecPlan is the Exec part of a decision, and of the enforced scope. The
+// caller's argv is never changed; the gateway only inserts the forced
+// arguments, so what the caller asked for stays what is checked.
+type ExecPlan struct {
+	// Insert are arguments the gateway inserts into the caller's argv:
+	// each entry's Args go right before the caller's argument At (1 to
+	// len(argv); len(argv) appends). They are the profile's hardening
+	// (python3 -I, ruff --isolated ...); the caller can neither remove nor
+	// reorder them. "${HOME}" in them becomes the call's private HOME.
+	Insert []ArgInsert `json:"insert,omitempty"`
+	// PathArgs are the caller's arguments that name files: each is
+	// resolved against cwd (symlinks followed) and must lie in an fs grant
+	// and outside every secret-shaped name and fs_deny path, or the call
+	// is refused (fs_denied) before anything runs.
+	PathArgs []PathArg `json:"path_args,omitempty"`
+	// ExecRestrict limits what the program (and all it starts) may
+	// execute to itself, its interpreter and ExecAllow.
+	ExecRestrict bool `json:"exec_restrict,omitempty"`
+	// ExecAllow are further files or directories the program may execute
+	// under ExecRestrict: absolute, or relative to the directory of
+	// argv[0]'s real path (go vet: "../pkg/tool"). In the scope, the
+	// resolved list the runner was given.
+	ExecAllow []string `json:"exec_allow,omitempty"`
+}
+
+// ArgInsert is one run of forced arguments (ExecPlan.Insert).
+type ArgInsert struct {
+	At   int      `json:"at"`
+	Args []string `json:"args"`
+}
+
+// PathArg is one argument that names a path (ExecPlan.PathArgs): argv[Index]
+// itself, or with Value, the part after its first "=" (an option's value,
+// --config=FILE).
+type PathArg struct {
+	Index int  `json:"index"`
+	Value bool `json:"value,omitempty"`
+}
+
+// Bounds of ExecPlan.
+const (
+	MaxInsertArgs = 64
+	MaxPathArgs   = 4096
+	MaxExecAllow  = 32
+)
 
 // Bounds of Decision.RuleIDs.
 const (
@@ -254,7 +305,28 @@ type Scope struct {
 	// FSDeny is the decision's fs_deny, carried to the OS sandbox, which
 	// hides these paths even inside the grants.
 	FSDeny []string `json:"fs_deny,omitempty"`
+	// Exec is the Exec plan the call ran under: the forced arguments,
+	// the path arguments that were checked, and the exec restriction with
+	// its resolved allow list.
+	Exec *ExecPlan `json:"exec,omitempty"`
+	// MemoryLimit says how Limits.MemoryBytes is enforced (Exec,
+	// code.run): MemoryLimitCgroup or MemoryLimitRlimitData. The runner
+	// applies exactly this mechanism or refuses to run the call.
+	MemoryLimit string `json:"memory_limit,omitempty"`
 }
+
+// How a call's memory_bytes is enforced (Scope.MemoryLimit).
+const (
+	// MemoryLimitCgroup: the call's own memory cgroup (memory.max on
+	// cgroup v2, memory.limit_in_bytes on v1) bounds the memory all its
+	// processes use together; the kernel kills the call past it.
+	MemoryLimitCgroup = "cgroup"
+	// MemoryLimitRlimitData: RLIMIT_DATA bounds each process' data
+	// (private writable mappings: heap, anonymous memory), when no memory
+	// cgroup is available. Address-space reservations that are never made
+	// writable (Go's, V8's) do not count, unlike RLIMIT_AS.
+	MemoryLimitRlimitData = "rlimit_data"
+)
 
 // Receipt decisions.
 const (

@@ -96,8 +96,9 @@ const hostsData = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopba
 
 // args builds bwrap's argv (without argv[0]) for profile p. Order matters:
 // later mounts cover earlier ones, so system, then private dirs, then the
-// grants parents-first, then the deny overlays on top of everything.
-func (l layout) args(p sandbox.Profile, f fds, argv []string) []string {
+// grants parents-first, then the deny overlays on top of everything, then
+// roFiles (the exec-restrict helper), each read-only at its own path.
+func (l layout) args(p sandbox.Profile, f fds, argv []string, roFiles ...string) []string {
 	a := []string{
 		"--die-with-parent", "--new-session",
 		"--unshare-user", "--disable-userns",
@@ -147,6 +148,9 @@ func (l layout) args(p sandbox.Profile, f fds, argv []string) []string {
 	}
 	for _, file := range p.DenyFiles {
 		a = append(a, "--ro-bind", "/dev/null", file)
+	}
+	for _, file := range roFiles {
+		a = append(a, "--ro-bind", file, file)
 	}
 	// The root itself is bwrap's tmpfs: read-only, so that nothing but the
 	// rw grants, /tmp, /var/tmp and HOME can be written.

@@ -18,6 +18,7 @@ import (
 	"github.com/portcullis/portcullis/backends/egress"
 	"github.com/portcullis/portcullis/backends/process"
 	"github.com/portcullis/portcullis/backends/sandbox"
+	"github.com/portcullis/portcullis/wire"
 )
 
 // Name is the backend name recorded in evidence.
@@ -69,3 +70,13 @@ type Runner struct {
 
 // Name is the backend name recorded in the enforced scope and the receipt.
 func (r *Runner) Name() string { return Name }
+
+// MemoryLimit is how this runner bounds a call's memory_bytes:
+// wire.MemoryLimitCgroup when calls get their own memory cgroup, else
+// wire.MemoryLimitRlimitData. Exec records it in the enforced scope.
+func (r *Runner) MemoryLimit() string {
+	if r.cgroups.Memory() {
+		return wire.MemoryLimitCgroup
+	}
+	return wire.MemoryLimitRlimitData
+}

@@ -94,7 +94,13 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	limits, err := process.Rlimits(spec.Limits)
+	// memory_bytes: the call cgroup's memory limit, or RLIMIT_DATA without
+	// one (process.MemoryPlan; the scope may have fixed the mechanism).
+	memBytes, rlimitData, err := process.MemoryPlan(r.cgroups, spec)
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
+	}
+	limits, err := process.Rlimits(spec.Limits, rlimitData)
 	if err != nil {
 		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
 	}
@@ -129,8 +135,8 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 	// nothing runs unlimited and nothing it forks escapes the cgroup.
 	var cg *cgroup.Call
 	if r.cgroups != nil {
-		cg, err = r.cgroups.NewCall(r.opts.PidsMax)
-		if err != nil && r.opts.RequirePidsLimit {
+		cg, err = r.cgroups.NewCallLimits(cgroup.Limits{Pids: r.opts.PidsMax, MemoryBytes: memBytes})
+		if err != nil && (r.opts.RequirePidsLimit || memBytes > 0) {
 			return sandbox.Result{}, err
 		}
 		if err != nil {
@@ -171,8 +177,25 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 	inner := spec
 	inner.Dir = "/"
 	inner.Env = env
+	// An exec restriction cannot be put on bwrap (Landlock forbids the
+	// mounts it makes): the helper, bound read-only into the sandbox,
+	// restricts itself there and then execs the program.
+	argv, roFiles := spec.Argv, []string(nil)
+	if spec.ExecAllow != nil {
+		helper, err := r.proc.HelperPath()
+		if err != nil {
+			return sandbox.Result{}, fmt.Errorf("bwrap: the exec-restrict helper: %w", err)
+		}
+		if process.LandlockABI() < 1 {
+			return sandbox.Result{}, process.ErrNoLandlock
+		}
+		allow := append(process.ExecChain(spec.Argv[0]), spec.ExecAllow...)
+		argv = append([]string{helper}, process.RestrictArgs(allow, spec.Argv)...)
+		roFiles = []string{helper}
+		inner.ExecAllow = nil
+	}
 	launch := process.Launch{
-		Argv:       append([]string{r.bwrap}, r.layout.args(prof, f, spec.Argv)...),
+		Argv:       append([]string{r.bwrap}, r.layout.args(prof, f, argv, roFiles...)...),
 		ExtraFiles: extra,
 		Direct:     true,
 	}
@@ -203,6 +226,9 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 		return sandbox.Result{}, err
 	}
 	exit, ran := st.exit()
+	if ran && spec.ExecAllow != nil && exit == process.HelperExitCode && strings.HasPrefix(lastLine(strings.TrimSpace(res.Stderr)), process.RestrictRefusal) {
+		return sandbox.Result{}, fmt.Errorf("bwrap: the program's exec restriction could not be applied: %s", lastLine(strings.TrimSpace(res.Stderr)))
+	}
 	switch {
 	case ran:
 		res.ExitCode, res.Signal = exit, nil

@@ -509,20 +509,45 @@ print(n, err)
 	}
 }
 
-// TestMemoryHogContained: RLIMIT_AS, set by the helper before bwrap,
-// binds the program.
+// TestMemoryHogContained: memory_bytes binds the program inside the
+// sandbox by either mechanism: the call's memory cgroup (the kernel kills
+// the call) or, when the scope says so, RLIMIT_DATA (the allocation fails).
+// The Go toolchain, which the old RLIMIT_AS killed at start, runs under the
+// same limit.
 func TestMemoryHogContained(t *testing.T) {
 	requireBwrap(t)
 	t.Parallel()
 	f := newFixture(t)
-	s := spec(f.scope(wire.PostureOff), "/usr/bin/python3", "-c", "b = bytearray(1 << 30); print('allocated')")
-	s.Limits.MemoryBytes = 256 << 20
-	res, err := f.runner().Run(context.Background(), s)
-	if err != nil {
-		t.Fatal(err)
+	r := f.runner()
+	mechanisms := []string{wire.MemoryLimitRlimitData}
+	if r.MemoryLimit() == wire.MemoryLimitCgroup {
+		mechanisms = append(mechanisms, wire.MemoryLimitCgroup)
 	}
-	if res.ExitCode == 0 || strings.Contains(res.Stdout, "allocated") || !strings.Contains(res.Stderr, "MemoryError") {
-		t.Errorf("1 GiB allocation under a 256 MiB limit: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	for _, m := range mechanisms {
+		s := spec(f.scope(wire.PostureOff), "/usr/bin/python3", "-c", "b = bytearray(1 << 30); print('allocated')")
+		s.Limits.MemoryBytes = 256 << 20
+		s.Scope.MemoryLimit = m
+		res, err := r.Run(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		killed := res.Signal != nil && *res.Signal == "SIGKILL"
+		if res.ExitCode == 0 || strings.Contains(res.Stdout, "allocated") ||
+			(m == wire.MemoryLimitRlimitData && !strings.Contains(res.Stderr, "MemoryError")) || (m == wire.MemoryLimitCgroup && !killed) {
+			t.Errorf("%s: 1 GiB allocation under a 256 MiB limit: exit %d signal %v stdout %q stderr %q", m, res.ExitCode, res.Signal, res.Stdout, res.Stderr)
+		}
+		gobin, err := filepath.EvalSymlinks("/usr/local/go/bin/go")
+		if err != nil {
+			continue
+		}
+		g := spec(f.scope(wire.PostureOff), gobin, "version")
+		g.Limits.MemoryBytes = 512 << 20
+		g.Scope.MemoryLimit = m
+		g.Scope.FSGrants = append(g.Scope.FSGrants, wire.FSGrant{Path: filepath.Dir(filepath.Dir(gobin)), Mode: wire.ModeRead})
+		res, err = r.Run(context.Background(), g)
+		if err != nil || res.ExitCode != 0 {
+			t.Errorf("%s: go version under 512 MiB: %v exit %d stderr %.300q", m, err, res.ExitCode, res.Stderr)
+		}
 	}
 }
 

@@ -24,14 +24,18 @@ const KillTimeout = 2 * time.Second
 
 // FindParent locates a writable pids hierarchy for this process and creates
 // "portcullis" beneath its cgroup. It returns nil, err when there is none
-// (no pids controller, not delegated, read-only cgroupfs).
+// (no pids controller, not delegated, read-only cgroupfs). It also looks for
+// the memory controller (a v1 memory hierarchy, or memory in the v2 tree's
+// subtree_control) and, when it can create "portcullis" there too, calls
+// may be given a memory limit (Parent.Memory); a memory controller that is
+// missing or not writable only leaves calls without one.
 func FindParent() (*Parent, error) {
 	f, err := os.Open("/proc/self/cgroup")
 	if err != nil {
 		return nil, fmt.Errorf("cgroup: reading /proc/self/cgroup: %w", err)
 	}
 	defer f.Close()
-	var v1, v2 string
+	var v1, v1mem, v2 string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		parts := strings.SplitN(sc.Text(), ":", 3)
@@ -39,29 +43,36 @@ func FindParent() (*Parent, error) {
 			continue
 		}
 		for _, c := range strings.Split(parts[1], ",") {
-			if c == "pids" {
+			switch c {
+			case "pids":
 				v1 = parts[2]
+			case "memory":
+				v1mem = parts[2]
 			}
 		}
 		if parts[0] == "0" && parts[1] == "" {
 			v2 = parts[2]
 		}
 	}
-	var candidates []string
+	type candidate struct {
+		dir     string
+		v2, mem bool // a v2 directory; one whose subtree_control enables memory
+	}
+	var candidates []candidate
 	if v1 != "" {
-		candidates = append(candidates, filepath.Join("/sys/fs/cgroup/pids", v1))
+		candidates = append(candidates, candidate{dir: filepath.Join("/sys/fs/cgroup/pids", v1)})
 	}
 	if v2 != "" {
 		for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
 			b, err := os.ReadFile(filepath.Join(root, v2, "cgroup.subtree_control"))
 			if err == nil && containsField(string(b), "pids") {
-				candidates = append(candidates, filepath.Join(root, v2))
+				candidates = append(candidates, candidate{dir: filepath.Join(root, v2), v2: true, mem: containsField(string(b), "memory")})
 			}
 		}
 	}
 	var errs []error
 	for _, c := range candidates {
-		dir := filepath.Join(c, "portcullis")
+		dir := filepath.Join(c.dir, "portcullis")
 		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			errs = append(errs, err)
 			continue
@@ -74,12 +85,37 @@ func FindParent() (*Parent, error) {
 			}
 		}
 		sweepEmpty(dir)
-		return &Parent{dir: dir}, nil
+		p := &Parent{dir: dir}
+		switch {
+		case c.v2 && c.mem:
+			// One directory for both: enable memory for the calls too.
+			if os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+memory"), 0) == nil {
+				p.mem, p.memV2 = dir, true
+			}
+		case !c.v2 && v1mem != "":
+			p.mem = findV1Memory(v1mem)
+		}
+		return p, nil
 	}
 	if len(candidates) == 0 {
 		return nil, errors.New("cgroup: no pids cgroup controller for this process")
 	}
 	return nil, fmt.Errorf("cgroup: no writable pids cgroup: %w", errors.Join(errs...))
+}
+
+// findV1Memory creates "portcullis" in this process' cgroup of the v1
+// memory hierarchy and returns it, or "" when that is not possible or the
+// directory does not offer memory.limit_in_bytes.
+func findV1Memory(rel string) string {
+	dir := filepath.Join("/sys/fs/cgroup/memory", rel, "portcullis")
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(dir, "memory.limit_in_bytes")); err != nil {
+		return ""
+	}
+	sweepEmpty(dir)
+	return dir
 }
 
 func containsField(s, want string) bool {
@@ -92,14 +128,31 @@ func containsField(s, want string) bool {
 }
 
 // NewCall creates a call cgroup allowing pidsMax tasks (processes and
-// threads: the kernel counts both).
+// threads: the kernel counts both), without a memory limit.
 func (p *Parent) NewCall(pidsMax int) (*Call, error) {
-	if pidsMax <= 0 {
-		return nil, fmt.Errorf("cgroup: pids.max %d must be positive", pidsMax)
+	return p.NewCallLimits(Limits{Pids: pidsMax})
+}
+
+// NewCallLimits creates a call cgroup with the given limits. When
+// l.MemoryBytes is positive the call also gets a memory cgroup limited to
+// it (swap included where swap is accounted), and the call fails when that
+// is not possible: a caller that asked for a memory bound must not run
+// without one.
+func (p *Parent) NewCallLimits(l Limits) (*Call, error) {
+	if l.Pids <= 0 {
+		return nil, fmt.Errorf("cgroup: pids.max %d must be positive", l.Pids)
 	}
+	if l.MemoryBytes < 0 {
+		return nil, fmt.Errorf("cgroup: memory limit %d must not be negative", l.MemoryBytes)
+	}
+	if l.MemoryBytes > 0 && p.mem == "" {
+		return nil, errors.New("cgroup: a memory limit was asked for but there is no writable memory controller")
+	}
+	name := ""
 	var dir string
 	for attempt := 0; ; attempt++ {
-		dir = filepath.Join(p.dir, callName())
+		name = callName()
+		dir = filepath.Join(p.dir, name)
 		err := os.Mkdir(dir, 0o700)
 		if err == nil {
 			break
@@ -109,11 +162,66 @@ func (p *Parent) NewCall(pidsMax int) (*Call, error) {
 		}
 	}
 	c := &Call{dir: dir}
-	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(pidsMax)), 0); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(l.Pids)), 0); err != nil {
 		c.Remove()
 		return nil, fmt.Errorf("cgroup: setting pids.max: %w", err)
 	}
+	if l.MemoryBytes > 0 {
+		if err := p.limitMemory(c, name, l.MemoryBytes); err != nil {
+			c.Remove()
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// limitMemory gives c its memory cgroup (dir itself on v2, a directory of
+// the same name in the v1 memory hierarchy) limited to max bytes.
+func (p *Parent) limitMemory(c *Call, name string, max int64) error {
+	v := []byte(strconv.FormatInt(max, 10))
+	if p.memV2 {
+		c.mem = c.dir
+		if err := os.WriteFile(filepath.Join(c.mem, "memory.max"), v, 0); err != nil {
+			return fmt.Errorf("cgroup: setting memory.max: %w", err)
+		}
+		// Swap would let the call use more than max; best effort where
+		// swap is not accounted (no memory.swap.max) or off.
+		_ = os.WriteFile(filepath.Join(c.mem, "memory.swap.max"), []byte("0"), 0)
+		// Kill the whole call when one task hits the limit: a half-killed
+		// call is harder to read than an OOM-killed one.
+		_ = os.WriteFile(filepath.Join(c.mem, "memory.oom.group"), []byte("1"), 0)
+		return c.checkMemory("memory.max", max)
+	}
+	mem := filepath.Join(p.mem, name)
+	if err := os.Mkdir(mem, 0o700); err != nil {
+		return fmt.Errorf("cgroup: creating the call's memory cgroup: %w", err)
+	}
+	c.mem = mem
+	if err := os.WriteFile(filepath.Join(mem, "memory.limit_in_bytes"), v, 0); err != nil {
+		return fmt.Errorf("cgroup: setting memory.limit_in_bytes: %w", err)
+	}
+	// memory+swap, where swap is accounted (memsw exists only then); it
+	// must not be below limit_in_bytes, which it now equals.
+	if _, err := os.Stat(filepath.Join(mem, "memory.memsw.limit_in_bytes")); err == nil {
+		if err := os.WriteFile(filepath.Join(mem, "memory.memsw.limit_in_bytes"), v, 0); err != nil {
+			return fmt.Errorf("cgroup: setting memory.memsw.limit_in_bytes: %w", err)
+		}
+	}
+	return c.checkMemory("memory.limit_in_bytes", max)
+}
+
+// checkMemory reads the limit back: the kernel rounds it down to whole
+// pages, and anything else means it did not take.
+func (c *Call) checkMemory(file string, want int64) error {
+	b, err := os.ReadFile(filepath.Join(c.mem, file))
+	if err != nil {
+		return fmt.Errorf("cgroup: reading %s back: %w", file, err)
+	}
+	got, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || got > want || got < want-int64(os.Getpagesize()) {
+		return fmt.Errorf("cgroup: %s is %q after setting %d", file, strings.TrimSpace(string(b)), want)
+	}
+	return nil
 }
 
 // callSeq numbers this process' call cgroups.
@@ -131,10 +239,13 @@ func callName() string {
 		"-" + strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 16)
 }
 
-// Add moves pid into the cgroup; children it forks afterwards follow.
+// Add moves pid into the call's cgroups (pids, and memory when the call
+// has its own); children it forks afterwards follow.
 func (c *Call) Add(pid int) error {
-	if err := os.WriteFile(c.ProcsPath(), []byte(strconv.Itoa(pid)), 0); err != nil {
-		return fmt.Errorf("cgroup: moving pid %d into %s: %w", pid, c.dir, err)
+	for _, procs := range c.ProcsPaths() {
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("cgroup: moving pid %d into %s: %w", pid, filepath.Dir(procs), err)
+		}
 	}
 	return nil
 }
@@ -245,8 +356,7 @@ func (c *Call) pids() ([]int, error) {
 // background for up to KillTimeout, so the caller's path never waits on a
 // slow teardown.
 func (c *Call) Remove() {
-	err := unix.Rmdir(c.dir)
-	if err == nil || errors.Is(err, unix.ENOENT) {
+	if c.rmdirAll() {
 		return
 	}
 	go func() {
@@ -255,13 +365,49 @@ func (c *Call) Remove() {
 			ctx, cancel := context.WithDeadline(context.Background(), deadline)
 			_ = c.KillAll(ctx)
 			cancel()
-			err := unix.Rmdir(c.dir)
-			if err == nil || errors.Is(err, unix.ENOENT) || time.Now().After(deadline) {
+			if c.rmdirAll() || time.Now().After(deadline) {
 				return
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
+}
+
+// rmdirAll removes the call's directories (the memory one first: on v1 it
+// is a separate directory) and reports whether none is left.
+func (c *Call) rmdirAll() bool {
+	ok := true
+	if c.mem != "" && c.mem != c.dir {
+		if err := unix.Rmdir(c.mem); err != nil && !errors.Is(err, unix.ENOENT) {
+			ok = false
+		}
+	}
+	if err := unix.Rmdir(c.dir); err != nil && !errors.Is(err, unix.ENOENT) {
+		ok = false
+	}
+	return ok
+}
+
+// OOMKills returns how many tasks of the call the kernel killed because
+// the call reached its memory limit (memory.events or memory.oom_control),
+// or 0 when the call has no memory cgroup or the count cannot be read.
+func (c *Call) OOMKills() int {
+	if c == nil || c.mem == "" {
+		return 0
+	}
+	for _, f := range []string{"memory.events", "memory.oom_control"} {
+		b, err := os.ReadFile(filepath.Join(c.mem, f))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, " "); ok && k == "oom_kill" {
+				n, _ := strconv.Atoi(strings.TrimSpace(v))
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // Peak returns the highest task count seen (pids.peak), or -1.

@@ -3,6 +3,7 @@ package cgroup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +34,7 @@ func TestContains(t *testing.T) {
 		{"/sys/fs/cgroup/pids/portcullis/../cgroup.procs", false},
 		{"/sys/fs/cgroup/pids/cgroup.procs", false},
 		{"sys/fs/cgroup/pids/portcullis/call-1/cgroup.procs", false},
+		{"/sys/fs/cgroup/memory/portcullis/call-1/cgroup.procs", false}, // no memory parent
 	}
 	for _, tt := range tests {
 		if got := p.Contains(tt.path); got != tt.want {
@@ -131,6 +133,94 @@ func TestNewCallPidsMax(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(c.Dir(), "pids.max"))
 	if err != nil || string(b) != "17\n" {
 		t.Errorf("pids.max = %q (%v), want 17", b, err)
+	}
+}
+
+func TestContainsMemory(t *testing.T) {
+	p := &Parent{dir: "/sys/fs/cgroup/pids/portcullis", mem: "/sys/fs/cgroup/memory/x/portcullis"}
+	for path, want := range map[string]bool{
+		"/sys/fs/cgroup/memory/x/portcullis/call-1/cgroup.procs": true,
+		"/sys/fs/cgroup/memory/x/portcullis":                     false,
+		"/sys/fs/cgroup/memory/x/portcullisx/cgroup.procs":       false,
+		"/sys/fs/cgroup/memory/x/cgroup.procs":                   false,
+	} {
+		if got := p.Contains(path); got != want {
+			t.Errorf("Contains(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
+// TestNewCallMemory: a call given a memory limit really is bounded by it:
+// a process that touches more than the limit is killed by the kernel (and
+// counted), while the same allocation below the limit succeeds. A call
+// without a memory limit gets no memory cgroup, and a memory limit on a
+// parent without the controller is refused, never silently dropped.
+func TestNewCallMemory(t *testing.T) {
+	p := parent(t)
+	if !p.Memory() {
+		if _, err := p.NewCallLimits(Limits{Pids: 8, MemoryBytes: 64 << 20}); err == nil {
+			t.Fatal("a memory limit was accepted without a memory controller")
+		}
+		t.Skip("no writable memory controller here; the refusal was checked")
+	}
+	plain, err := p.NewCall(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Remove()
+	if plain.MemoryLimited() || len(plain.ProcsPaths()) != 1 {
+		t.Errorf("a call without a memory limit has memory cgroup paths %v", plain.ProcsPaths())
+	}
+	if _, err := p.NewCallLimits(Limits{Pids: 8, MemoryBytes: -1}); err == nil {
+		t.Error("a negative memory limit was accepted")
+	}
+
+	// run allocates and touches mb MiB inside a fresh call limited to 64 MiB.
+	run := func(mb int) (int, error) {
+		c, err := p.NewCallLimits(Limits{Pids: 8, MemoryBytes: 64 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Remove()
+		if !c.MemoryLimited() {
+			t.Fatal("call has no memory cgroup")
+		}
+		for _, procs := range c.ProcsPaths() {
+			if !p.Contains(procs) {
+				t.Errorf("parent does not contain %s", procs)
+			}
+		}
+		// The shell waits on stdin until it is in the cgroup.
+		cmd := exec.Command("/bin/sh", "-c", fmt.Sprintf(`read go; exec /usr/bin/python3 -c 'b = bytearray(%d << 20); print(len(b))'`, mb))
+		release, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Add(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatal(err)
+		}
+		_, _ = release.Write([]byte("go\n"))
+		err = cmd.Wait()
+		return c.OOMKills(), err
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 to allocate with")
+	}
+	if kills, err := run(16); err != nil || kills != 0 {
+		t.Errorf("16 MiB under a 64 MiB limit: %v, %d OOM kills", err, kills)
+	}
+	kills, err := run(256)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Errorf("256 MiB under a 64 MiB limit ended with %v, want SIGKILL", err)
+	}
+	if kills < 1 {
+		t.Errorf("OOM kills %d, want at least 1", kills)
 	}
 }
 

@@ -15,6 +15,9 @@ func FindParent() (*Parent, error) { return nil, errNotLinux }
 // NewCall fails outside Linux.
 func (p *Parent) NewCall(pidsMax int) (*Call, error) { return nil, errNotLinux }
 
+// NewCallLimits fails outside Linux.
+func (p *Parent) NewCallLimits(l Limits) (*Call, error) { return nil, errNotLinux }
+
 // Add fails outside Linux.
 func (c *Call) Add(pid int) error { return errNotLinux }
 
@@ -26,3 +29,6 @@ func (c *Call) Remove() {}
 
 // Peak is always unknown (-1) outside Linux.
 func (c *Call) Peak() int { return -1 }
+
+// OOMKills is always 0 outside Linux.
+func (c *Call) OOMKills() int { return 0 }

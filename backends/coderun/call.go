@@ -23,12 +23,16 @@ import (
 	"github.com/portcullis/portcullis/wire"
 )
 
-// DenoAddressSpace is the RLIMIT_AS Deno runs under. V8 reserves its
-// pointer-compression and Oilpan cages up front (measured: Deno 2.9 aborts
-// with "CagedHeap reservation" below 32 GiB), so the address-space limit
-// cannot bound Deno's memory; V8's --max-old-space-size does, set from the
-// policy's memory_bytes.
-const DenoAddressSpace = 64 << 30
+// DenoOverheadBytes is what Deno may use besides its V8 heap: the runner
+// bounds the whole sandbox at the policy's memory_bytes (the heap cap, V8's
+// --max-old-space-size) plus this. It covers Deno's own memory and
+// ArrayBuffers, which live outside the V8 heap; and where RLIMIT_DATA
+// carries the limit (no memory cgroup) V8's code range reservation, which
+// counts towards it (measured: Deno 2.9 aborts with "Failed to reserve
+// virtual memory for CodeRange" below about 550 MiB of RLIMIT_DATA). The
+// address space is not limited at all: V8 reserves its pointer-compression
+// and Oilpan cages up front, tens of GiB it never uses.
+const DenoOverheadBytes = 1 << 30
 
 // DefaultHeapBytes is the V8 heap cap when the policy sets no memory_bytes.
 const DefaultHeapBytes = 1 << 30
@@ -112,7 +116,7 @@ func (c *call) Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error)
 	if p.MaxOutputBytes > 0 {
 		l.MaxOutputBytes = min(l.MaxOutputBytes, p.MaxOutputBytes)
 	}
-	l.CPUSeconds = orDefault(p.CPUSeconds, exectool.DefaultCPUSeconds, exectool.MaxCPUSeconds)
+	l.CPUSeconds = orDefault(p.CPUSeconds, max(l.TimeoutS, 1), exectool.MaxCPUSeconds)
 	l.MemoryBytes = orDefault(p.MemoryBytes, DefaultHeapBytes, MaxHeapBytes)
 	l.FsizeBytes = orDefault(p.FsizeBytes, exectool.DefaultFsizeBytes, exectool.MaxFsizeBytes)
 	l.Nofile = orDefault(p.Nofile, exectool.DefaultNofile, exectool.MaxNofile)
@@ -124,6 +128,9 @@ func (c *call) Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error)
 		Limits:   l,
 		Backend:  c.tool.runner.Name(),
 		FSDeny:   cleanAbs(d.FSDeny),
+		// How the sandbox's memory bound (heap cap + DenoOverheadBytes) is
+		// enforced, decided here so that evidence records it.
+		MemoryLimit: exectool.MemoryLimitOf(c.tool.runner),
 	}, nil
 }
 
@@ -289,7 +296,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 		Scope:           scope,
 		PrivateDirs:     []string{dir}, // home, Deno's cache, the program, the bridge fifos
 	}
-	spec.Limits.MemoryBytes = DenoAddressSpace
+	spec.Limits.MemoryBytes = scope.Limits.MemoryBytes + DenoOverheadBytes
 	// The sandbox also needs Deno itself (read-only) and the run directory
 	// (the program, the bridge socket, Deno's cache). Deno's own
 	// permissions still give the code only the decision's grants.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/backends/bwrap"
+	"github.com/portcullis/portcullis/backends/exectool"
 	"github.com/portcullis/portcullis/backends/process"
 	"github.com/portcullis/portcullis/wire"
 )
@@ -364,5 +365,44 @@ func TestNoDeno(t *testing.T) {
 	res, _ := exec(t, New(Options{Runner: process.New(process.Options{})}), e.decision(), nil, map[string]any{"code": "1"})
 	if res.Output.Error == nil || res.Output.Error.Code != wire.CodeBackendUnavailable {
 		t.Fatalf("%+v", res.Output)
+	}
+}
+
+// rlimitDataRunner is a runner that enforces memory with RLIMIT_DATA even
+// where a memory cgroup exists, to test that mechanism here too.
+type rlimitDataRunner struct{ Runner }
+
+func (rlimitDataRunner) MemoryLimit() string { return wire.MemoryLimitRlimitData }
+
+// TestShippedLimits: Deno runs under the shipped default limits (512 MiB
+// memory_bytes, 256 files, 64 MiB files) with either memory mechanism, on
+// every runner, and the bound still holds: an ArrayBuffer (outside the V8
+// heap, which --max-old-space-size does not cover) far past it is stopped.
+func TestShippedLimits(t *testing.T) {
+	t.Parallel()
+	deno := denoPath(t)
+	shipped := wire.Limits{TimeoutS: 60, MemoryBytes: 512 << 20, FsizeBytes: 64 << 20, Nofile: 256, MaxOutputBytes: 262144}
+	for name, r := range runners(t) {
+		for _, rr := range []Runner{r, rlimitDataRunner{r}} {
+			mech := exectool.MemoryLimitOf(rr)
+			t.Run(name+"/"+mech, func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t)
+				d := e.decision()
+				d.Limits = shipped
+				tool := New(Options{Runner: rr, Deno: deno})
+				res, data := exec(t, tool, d, nil, map[string]any{"code": "console.log('ok')"})
+				if res.Status != wire.StatusSucceeded || data.Output != "ok\n" {
+					t.Fatalf("console.log under the shipped limits: status %s error %+v stderr %.300q", res.Status, res.Output.Error, data.Stderr)
+				}
+				if name != "process" {
+					return // the bound is the same on bwrap; the kill is slow (reclaim) under a cgroup
+				}
+				res, data = exec(t, tool, d, nil, map[string]any{"code": "const b = new Uint8Array(3 * 1024 * 1024 * 1024); b.fill(1); console.log('allocated', b.length)"})
+				if res.Status == wire.StatusSucceeded || strings.Contains(data.Output, "allocated") {
+					t.Errorf("a 3 GiB ArrayBuffer under a 512 MiB limit: status %s stdout %q", res.Status, data.Output)
+				}
+			})
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/portcullis/portcullis/backends"
@@ -20,9 +21,9 @@ import (
 
 // Effective resource limits when the policy leaves one at zero, and the
 // ceilings a policy value is clamped to. The defaults follow the contract's
-// example policy; the ceilings keep a typo in a policy from lifting a bound.
+// example policy (cpu_seconds, unset, is the call's timeout); the ceilings
+// keep a typo in a policy from lifting a bound.
 const (
-	DefaultCPUSeconds  = 60
 	DefaultMemoryBytes = 1 << 30
 	DefaultFsizeBytes  = 64 << 20
 	DefaultNofile      = 256
@@ -45,6 +46,10 @@ type call struct {
 	// Set by Enforce: the environment minus HOME, which is made per run.
 	enforced bool
 	env      map[string]string
+
+	// The path facts of the arguments, resolved once (resolvedPaths).
+	pathsOnce sync.Once
+	paths     []argPath
 }
 
 var _ backends.Call = (*call)(nil)
@@ -56,8 +61,11 @@ func (c *call) Args() map[string]any { return c.in.args }
 // Resolved holds the real paths the program will really touch, for policy
 // rules to match: argv0 (real path), argv0_base (its base name), argv (with
 // argv[0] replaced by the real path), cwd (real path or ""), env_names
-// (sorted names of the caller's env). Lists are []any so they look the same
-// as JSON-decoded input.
+// (sorted names of the caller's env), and paths: aligned with argv, for
+// each operand and each "--opt=value" the path it would name
+// ({"path": real path, "value": true for an option's value}; path "" for
+// a relative one without cwd), null for argv[0] and other options. Lists
+// are []any so they look the same as JSON-decoded input.
 func (c *call) Resolved() map[string]any {
 	argv := make([]any, len(c.in.argv))
 	argv[0] = c.in.argv0
@@ -74,6 +82,7 @@ func (c *call) Resolved() map[string]any {
 		"argv":       argv,
 		"cwd":        c.in.cwd,
 		"env_names":  names,
+		"paths":      c.pathFacts(),
 	}
 }
 
@@ -117,6 +126,11 @@ func (c *call) Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error)
 			return wire.Scope{}, err
 		}
 	}
+	deny := cleanAbs(d.FSDeny)
+	plan, _, err := c.enforcePlan(d.Exec, grants, deny)
+	if err != nil {
+		return wire.Scope{}, err
+	}
 	limits, err := effectiveLimits(c.in, d.Limits)
 	if err != nil {
 		return wire.Scope{}, err
@@ -137,13 +151,31 @@ func (c *call) Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error)
 	c.env = env
 	c.enforced = true
 	return wire.Scope{
-		FSGrants: grants,
-		Network:  network,
-		EnvNames: names,
-		Limits:   limits,
-		Backend:  c.tool.runner.Name(),
-		FSDeny:   cleanAbs(d.FSDeny),
+		FSGrants:    grants,
+		Network:     network,
+		EnvNames:    names,
+		Limits:      limits,
+		Backend:     c.tool.runner.Name(),
+		FSDeny:      deny,
+		Exec:        plan,
+		MemoryLimit: MemoryLimitOf(c.tool.runner),
 	}, nil
+}
+
+// memoryLimiter is a runner that says how it bounds memory_bytes.
+type memoryLimiter interface {
+	MemoryLimit() string
+}
+
+// MemoryLimitOf is how runner will enforce a call's memory_bytes
+// (wire.MemoryLimitCgroup or wire.MemoryLimitRlimitData), recorded in the
+// enforced scope; the runner then applies exactly that or refuses the call.
+// A runner that does not say leaves it "" (its own choice).
+func MemoryLimitOf(runner any) string {
+	if m, ok := runner.(memoryLimiter); ok {
+		return m.MemoryLimit()
+	}
+	return ""
 }
 
 // resolveGrants returns the grants with their paths resolved to real paths.
@@ -210,7 +242,8 @@ func effectiveLimits(in *input, p wire.Limits) (wire.Limits, error) {
 	if p.MaxOutputBytes > 0 {
 		l.MaxOutputBytes = min(l.MaxOutputBytes, p.MaxOutputBytes)
 	}
-	l.CPUSeconds = orDefault(p.CPUSeconds, DefaultCPUSeconds, MaxCPUSeconds)
+	// RFC 0002: CPU time defaults to the wall-clock timeout.
+	l.CPUSeconds = orDefault(p.CPUSeconds, max(l.TimeoutS, 1), MaxCPUSeconds)
 	l.MemoryBytes = orDefault(p.MemoryBytes, DefaultMemoryBytes, MaxMemoryBytes)
 	l.FsizeBytes = orDefault(p.FsizeBytes, DefaultFsizeBytes, MaxFsizeBytes)
 	l.Nofile = orDefault(p.Nofile, DefaultNofile, MaxNofile)
@@ -227,7 +260,8 @@ func orDefault[T int | int64](v, def, ceiling T) T {
 // composeEnv builds the child's environment, HOME aside, in contract order:
 // the fixed base; the decision's env.pass names copied from the gateway's
 // environment, except secret-shaped names, which never pass whatever the
-// policy says; the decision's env.set values; the caller's env.
+// policy says; the decision's env.set values; the caller's env, which may
+// add variables but not replace one the decision sets (refused).
 func (t *Tool) composeEnv(p wire.EnvPolicy, caller map[string]string) (map[string]string, error) {
 	env := map[string]string{
 		"PATH":   BasePath,
@@ -264,11 +298,20 @@ func (t *Tool) composeEnv(p wire.EnvPolicy, caller map[string]string) (map[strin
 		}
 		env[k] = p.Set[k]
 	}
-	for k, v := range caller {
+	for _, k := range sortedKeys(caller) {
 		if k == "HOME" {
 			continue
 		}
-		env[k] = v
+		// What the policy sets is forced (a profile's hardening, such as
+		// GOTOOLCHAIN=local): the caller may not override it.
+		if _, forced := p.Set[k]; forced {
+			return nil, &wire.Error{
+				Code:    wire.CodePermissionDenied,
+				Message: fmt.Sprintf("env %s is set by the policy for this call and cannot be overridden; leave it out of env", k),
+				Details: map[string]any{"field": "env." + k},
+			}
+		}
+		env[k] = caller[k]
 	}
 	return env, nil
 }
@@ -331,6 +374,12 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 		}
 	}
 
+	if err := c.recheckPaths(scope.Exec); err != nil {
+		var we *wire.Error
+		errors.As(err, &we)
+		return fail(we.Code, "%s", we.Message)
+	}
+
 	home, err := os.MkdirTemp("", "portcullis-home-")
 	if err != nil {
 		return fail(wire.CodeBackendUnavailable, "could not create the private HOME: %v", err)
@@ -351,10 +400,8 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 			env = append(env, name+"="+v)
 		}
 	}
-	argv := slices.Clone(c.in.argv)
-	argv[0] = c.in.argv0
 	spec := sandbox.Spec{
-		Argv:           argv,
+		Argv:           c.runArgv(scope.Exec, home),
 		Dir:            c.in.cwd,
 		Env:            env,
 		Timeout:        time.Duration(scope.Limits.TimeoutS) * time.Second,
@@ -362,6 +409,9 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 		Limits:         scope.Limits,
 		Scope:          scope,
 		PrivateDirs:    []string{home},
+	}
+	if scope.Exec != nil && scope.Exec.ExecRestrict {
+		spec.ExecAllow = append([]string{}, scope.Exec.ExecAllow...) // never nil: nil is no restriction
 	}
 	res, err := t.runner.Run(ctx, spec)
 	if err != nil {

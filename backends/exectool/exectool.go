@@ -78,13 +78,28 @@ func currentUser() string {
 // Name is the wire name "Exec".
 func (t *Tool) Name() string { return ToolName }
 
-// Description tells a model how to call the tool correctly the first time.
+// Description tells a model how to call the tool correctly the first time,
+// and which argv shapes the shipped passive profile refuses, so that it
+// does not learn them one refusal at a time (the Modulatio design lists
+// them at lookup). It is the same for every caller: a tool description is
+// not decided per principal.
 func (t *Tool) Description() string {
 	return "Run a program directly, without a shell and without a $PATH lookup. " +
 		"argv[0] must be the absolute path of an executable file inside the granted directories " +
 		"(e.g. [\"/usr/bin/git\", \"status\"]); shell syntax such as pipes, ';' or '$VAR' is passed " +
-		"literally. cwd is an optional absolute directory inside the grants. " +
-		"The program gets a minimal environment plus the optional env object. " +
+		"literally. cwd is an optional absolute directory inside the grants; give it and name files " +
+		"relative to it. Every file argument must lie inside the grants: paths outside them, through " +
+		"symlinks out of them, or naming secrets (.env, keys, credential stores) are refused with fs_denied. " +
+		"The program gets a minimal environment plus the optional env object (the policy may refuse env). " +
+		"Under the default passive profile only read-only shapes run, e.g. python3 -m py_compile FILE, " +
+		"python3 -V, node -v, npm --version, ruby -v, go version, go vet PKG, gofmt -l|-d FILE, " +
+		"ruff check PATH, mypy PATH, pyflakes PATH, git status|log|diff --no-ext-diff --no-textconv, " +
+		"ls, cat, head, tail, wc, echo. Refused there because they run code from the working tree: " +
+		"python3 -c, python3 FILE (even FILE --help), python3 -m MODULE other than py_compile, " +
+		"node FILE, node -e, ruby FILE, ruby -c (Ruby honours the file's #! switches), ruby -e, rubocop " +
+		"(.rubocop options file), bundle (bundle exec rubocop included), npm other than --version, npx, " +
+		"go run|build|test|generate, gofmt -w, ruff format, ruff check --fix, mypy --config-file, git -c " +
+		"and other git subcommands. Do not retry a refused shape in another form: report instead. " +
 		"Returns exit_code, stdout, stderr (UTF-8, capped at max_output_bytes each, with *_truncated flags), " +
 		"timed_out, signal and duration_ms."
 }

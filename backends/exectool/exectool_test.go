@@ -159,6 +159,7 @@ func TestPrepareNormalizes(t *testing.T) {
 	wantResolved := map[string]any{
 		"argv0": echo, "argv0_base": filepath.Base(echo), "argv": []any{echo, "hi"},
 		"cwd": realDir, "env_names": []any{"A", "B"},
+		"paths": []any{nil, map[string]any{"path": filepath.Join(realDir, "hi")}},
 	}
 	if d := cmp.Diff(wantResolved, call.Resolved()); d != "" {
 		t.Errorf("Resolved (-want +got):\n%s", d)
@@ -297,7 +298,7 @@ func TestEffectiveLimits(t *testing.T) {
 	}{
 		{
 			name: "defaults", in: input{timeoutS: 60, maxOutputBytes: 262144},
-			want: wire.Limits{TimeoutS: 60, MaxOutputBytes: 262144, CPUSeconds: DefaultCPUSeconds, MemoryBytes: DefaultMemoryBytes, FsizeBytes: DefaultFsizeBytes, Nofile: DefaultNofile},
+			want: wire.Limits{TimeoutS: 60, MaxOutputBytes: 262144, CPUSeconds: 60, MemoryBytes: DefaultMemoryBytes, FsizeBytes: DefaultFsizeBytes, Nofile: DefaultNofile},
 		},
 		{
 			name: "policy lowers timeout and output", in: input{timeoutS: 600, maxOutputBytes: 4194304},
@@ -307,12 +308,19 @@ func TestEffectiveLimits(t *testing.T) {
 		{
 			name: "policy cannot raise the caller's own bound", in: input{timeoutS: 5, maxOutputBytes: 1024},
 			policy: wire.Limits{TimeoutS: 600, MaxOutputBytes: 4194304},
-			want:   wire.Limits{TimeoutS: 5, MaxOutputBytes: 1024, CPUSeconds: DefaultCPUSeconds, MemoryBytes: DefaultMemoryBytes, FsizeBytes: DefaultFsizeBytes, Nofile: DefaultNofile},
+			want:   wire.Limits{TimeoutS: 5, MaxOutputBytes: 1024, CPUSeconds: 5, MemoryBytes: DefaultMemoryBytes, FsizeBytes: DefaultFsizeBytes, Nofile: DefaultNofile},
 		},
 		{
 			name: "ceilings", in: input{timeoutS: 60, maxOutputBytes: 262144},
 			policy: wire.Limits{CPUSeconds: 1 << 30, MemoryBytes: 1 << 50, FsizeBytes: 1 << 50, Nofile: 1 << 30},
 			want:   wire.Limits{TimeoutS: 60, MaxOutputBytes: 262144, CPUSeconds: MaxCPUSeconds, MemoryBytes: MaxMemoryBytes, FsizeBytes: MaxFsizeBytes, Nofile: MaxNofile},
+		},
+		{
+			// RFC 0002: cpu_seconds defaults to the effective timeout
+			// (the policy's, when lower than the caller's).
+			name: "cpu follows the timeout", in: input{timeoutS: 600, maxOutputBytes: 262144},
+			policy: wire.Limits{TimeoutS: 20},
+			want:   wire.Limits{TimeoutS: 20, MaxOutputBytes: 262144, CPUSeconds: 20, MemoryBytes: DefaultMemoryBytes, FsizeBytes: DefaultFsizeBytes, Nofile: DefaultNofile},
 		},
 		{name: "negative fails closed", in: input{timeoutS: 60, maxOutputBytes: 262144}, policy: wire.Limits{MemoryBytes: -1}, wantErr: true},
 	}
@@ -364,7 +372,15 @@ func TestEnvComposition(t *testing.T) {
 		Pass: []string{"ANTHROPIC_API_KEY", "GITHUB_TOKEN", "GOFLAGS", "DB_PASSWORD", "HOME", "NOT_SET_ANYWHERE"},
 		Set:  map[string]string{"CI": "1", "MODE": "policy"},
 	}
-	scope, res := runCall(t, tool, `{"argv":["/usr/bin/env"],"env":{"MODE":"caller","EXTRA":"x y","HOME":"/caller/home"}}`, d)
+	// What the policy sets is forced: the caller cannot override it.
+	call, err := tool.Prepare(context.Background(), json.RawMessage(`{"argv":["/usr/bin/env"],"env":{"MODE":"caller"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := call.Enforce(context.Background(), d); err == nil || wireErr(t, err).Code != wire.CodePermissionDenied || wireErr(t, err).Details["field"] != "env.MODE" {
+		t.Errorf("caller override of a policy-set variable: %v, want permission_denied naming env.MODE", err)
+	}
+	scope, res := runCall(t, tool, `{"argv":["/usr/bin/env"],"env":{"EXTRA":"x y","HOME":"/caller/home"}}`, d)
 	if res.Status != wire.StatusSucceeded {
 		t.Fatalf("status %s error %v", res.Status, res.Output.Error)
 	}
@@ -382,7 +398,7 @@ func TestEnvComposition(t *testing.T) {
 	}
 	want := map[string]string{
 		"PATH": BasePath, "HOME": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "USER": tool.user,
-		"TERM": "dumb", "SHELL": "/bin/sh", "GOFLAGS": "-mod=mod", "CI": "1", "MODE": "caller", "EXTRA": "x y",
+		"TERM": "dumb", "SHELL": "/bin/sh", "GOFLAGS": "-mod=mod", "CI": "1", "MODE": "policy", "EXTRA": "x y",
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("child env (-want +got):\n%s", d)

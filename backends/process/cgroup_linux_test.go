@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/backends/cgroup"
+	"github.com/portcullis/portcullis/wire"
 )
 
 // requireCgroup skips tests of the call cgroup where the host has no
@@ -238,5 +240,83 @@ func TestRunTargetInCallCgroup(t *testing.T) {
 			t.Fatalf("call cgroup %s still exists after the run", dir)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRunMemoryCgroup: with a memory cgroup, memory_bytes bounds what the
+// call really uses: a program that touches more is killed by the kernel,
+// the target sits in the call's memory cgroup, no RLIMIT_DATA is set (so
+// runtimes that reserve large writable regions are not killed for what
+// they never touch), and the Go toolchain, which RLIMIT_AS used to kill at
+// start, runs. A scope that promised a memory cgroup is refused by a
+// runner that cannot give one.
+func TestRunMemoryCgroup(t *testing.T) {
+	requireCgroup(t)
+	t.Parallel()
+	p, _ := cgroup.FindParent()
+	if !p.Memory() {
+		r := New(Options{})
+		s := spec("/bin/true")
+		s.Limits.MemoryBytes = 64 << 20
+		s.Scope.MemoryLimit = wire.MemoryLimitCgroup
+		if _, err := r.Run(context.Background(), s); err == nil {
+			t.Fatal("a scope promising a memory cgroup ran without one")
+		}
+		t.Skip("no memory cgroup here; the refusal was checked")
+	}
+	r := New(Options{})
+	if got := r.MemoryLimit(); got != wire.MemoryLimitCgroup {
+		t.Errorf("MemoryLimit %q, want cgroup", got)
+	}
+	hog := spec("/usr/bin/python3", "-c", "b = bytearray(512 << 20); print('allocated')")
+	hog.Limits.MemoryBytes = 128 << 20
+	hog.Scope.MemoryLimit = wire.MemoryLimitCgroup
+	hog.Timeout = 20 * time.Second
+	res, err := r.Run(context.Background(), hog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.Stdout, "allocated") || sig(res) != "SIGKILL" {
+		t.Errorf("512 MiB under a 128 MiB cgroup: exit %d signal %q stdout %q, want SIGKILL", res.ExitCode, sig(res), res.Stdout)
+	}
+
+	probe := spec("/bin/sh", "-c", "ulimit -d; cat /proc/self/cgroup")
+	probe.Limits.MemoryBytes = 64 << 20
+	probe.Scope.MemoryLimit = wire.MemoryLimitCgroup
+	res, err = r.Run(context.Background(), probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inMemoryCgroup := false
+	for _, line := range strings.Split(res.Stdout, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && (slices.Contains(strings.Split(parts[1], ","), "memory") || parts[0] == "0") &&
+			strings.Contains(parts[2], "/portcullis/call-") {
+			inMemoryCgroup = true
+		}
+	}
+	if !strings.HasPrefix(res.Stdout, "unlimited\n") || !inMemoryCgroup {
+		t.Errorf("probe: %q, want no RLIMIT_DATA and a call memory cgroup under %s", res.Stdout, p.MemoryDir())
+	}
+
+	if gobin := goBinary(); gobin != "" {
+		g := spec(gobin, "version")
+		g.Limits.MemoryBytes = 512 << 20
+		g.Scope.MemoryLimit = wire.MemoryLimitCgroup
+		res, err = r.Run(context.Background(), g)
+		if err != nil || res.ExitCode != 0 {
+			t.Errorf("go version under a 512 MiB cgroup: %v exit %d stderr %.300q", err, res.ExitCode, res.Stderr)
+		}
+	}
+
+	disabled := New(Options{PidsMax: -1})
+	if got := disabled.MemoryLimit(); got != wire.MemoryLimitRlimitData {
+		t.Errorf("MemoryLimit without cgroups %q, want rlimit_data", got)
+	}
+	s := spec("/bin/true")
+	s.Limits.MemoryBytes = 64 << 20
+	s.Scope.MemoryLimit = wire.MemoryLimitCgroup
+	if _, err := disabled.Run(context.Background(), s); err == nil || !strings.Contains(err.Error(), "memory cgroup") {
+		t.Errorf("a runner without cgroups ran a call promised a memory cgroup: %v", err)
 	}
 }

@@ -17,43 +17,50 @@ import (
 
 // The helper protocol. The runner re-executes the gateway binary as
 //
-//	<helper> __portcullis-exec-helper v3 <procs> <user> <cpu> <fsize> <nofile> <as> -- <argv0> <args...>
+//	<helper> __portcullis-exec-helper v4 <n> <procs>... <user> <m> <exec>... <cpu> <fsize> <nofile> <data> -- <argv0> <args...>
 //
-// with the child's complete environment and the status pipe as fd 3. procs
-// is "-" (no call cgroup) or the absolute, clean path of a call cgroup's
-// cgroup.procs, which must be on a cgroup filesystem; the helper writes "0"
-// to it, moving itself into the call cgroup, before anything else, so the
-// target and all it forks are born inside. user is "-" (keep the runner's
-// user) or "UID:GID" in decimal: the helper, started as root, then drops to
-// that user for good (no supplementary groups, real, effective and saved
-// ids all changed, no_new_privs set so no set-uid program can climb back),
-// after the cgroup join (which needs root) and before the limits and the
-// exec. Each limit is "-" (leave as inherited) or "SOFT:HARD" in decimal.
-// The helper sets the limits, verifies them, marks fd 3 close-on-exec and
+// with the child's complete environment and the status pipe as fd 3. n is
+// the number of procs arguments that follow (0 without a call cgroup; 1 for
+// cgroup v2 or a call with no memory cgroup; 2 for cgroup v1's pids and
+// memory hierarchies), each the absolute, clean path of a call cgroup's
+// cgroup.procs on a cgroup filesystem; the helper writes "0" to each,
+// moving itself into the call cgroup, before anything else, so the target
+// and all it forks are born inside. user is "-" (keep the runner's user)
+// or "UID:GID" in decimal: the helper, started as root, then drops to that
+// user for good (no supplementary groups, real, effective and saved ids
+// all changed, no_new_privs set so no set-uid program can climb back),
+// after the cgroup join (which needs root) and before the exec restriction,
+// the limits and the exec. m is "-" (no exec restriction) or the number of
+// exec arguments that follow, absolute paths of the files and directories
+// the target may execute (RestrictExec, applied just before the limits).
+// Each limit is "-" (leave as inherited) or "SOFT:HARD" in decimal. The
+// helper sets the limits, verifies them, marks fd 3 close-on-exec and
 // execs argv0 directly (no PATH lookup, no shell) with its own environment,
 // which is exactly Spec.Env: the protocol lives only in argv, so nothing
-// leaks into the target's environment. On any failure it writes one line to
-// fd 3 and stderr and exits with HelperExitCode, so the runner never runs a
-// program unlimited or as the wrong user. Just before exec it writes
-// "ready\n" to fd 3: a status pipe that closes with nothing but that line is
-// the only outcome the runner treats as started, so a HelperPath that is not
-// a helper, or a helper that died early, fails closed. (v1 had no procs, v2
-// no user: the version token changes with the layout so that a mismatched
-// helper refuses instead of reading one argument as another.)
+// leaks into the target's environment. On any failure it writes one line
+// to fd 3 and stderr and exits with HelperExitCode, so the runner never
+// runs a program unlimited, unrestricted or as the wrong user. Just before
+// exec it writes "ready\n" to fd 3: a status pipe that closes with nothing
+// but that line is the only outcome the runner treats as started, so a
+// HelperPath that is not a helper, or a helper that died early, fails
+// closed. (v1 had no procs, v2 no user, v3 either no user or no exec
+// restriction and one procs argument: the version token changes with the
+// layout so that a mismatched helper refuses instead of reading one
+// argument as another.)
 const (
 	helperArg     = "__portcullis-exec-helper"
-	helperVersion = "v3"
+	helperVersion = "v4"
 	helperSep     = "--"
 	statusFD      = 3
 	statusReady   = "ready\n"
-	// nLimits is the number of limits, which follow the user argument.
+	// nLimits is the number of limits, which follow the exec arguments.
 	nLimits = 4
+	// maxProcs is the most procs arguments (v1: pids and memory).
+	maxProcs = 2
+	// maxExecAllow is the most exec arguments.
+	maxExecAllow = 64
 	// procsBase is the only file name the helper accepts as procs.
 	procsBase = "cgroup.procs"
-	// procsAt, userAt and limitsAt are positions after the version.
-	procsAt  = 1
-	userAt   = 2
-	limitsAt = 3
 )
 
 // HelperExitCode is the exit status of a helper that refused to start the
@@ -62,8 +69,8 @@ const (
 // status pipe, which is what turns it into a Run error.
 const HelperExitCode = 125
 
-// limitResources lists the rlimits in protocol order. AS comes last so that
-// the helper needs no new memory after the address-space limit is in place
+// limitResources lists the rlimits in protocol order. DATA comes last so
+// that the helper needs no new memory after the data limit is in place
 // until it execs.
 var limitResources = [nLimits]struct {
 	res  int
@@ -72,7 +79,7 @@ var limitResources = [nLimits]struct {
 	{unix.RLIMIT_CPU, "RLIMIT_CPU"},
 	{unix.RLIMIT_FSIZE, "RLIMIT_FSIZE"},
 	{unix.RLIMIT_NOFILE, "RLIMIT_NOFILE"},
-	{unix.RLIMIT_AS, "RLIMIT_AS"},
+	{unix.RLIMIT_DATA, "RLIMIT_DATA"},
 }
 
 // rlimitArg is one limit as the helper receives it.
@@ -142,11 +149,20 @@ func parseUserArg(s string) (*Credential, error) {
 }
 
 // helperArgs builds the helper's argv (without the helper path itself);
-// procs is a call cgroup's cgroup.procs or "-", user nil or the user to
-// drop to.
-func helperArgs(procs string, user *Credential, limits [nLimits]rlimitArg, argv []string) []string {
-	args := make([]string, 0, 6+nLimits+len(argv))
-	args = append(args, "portcullis-exec-helper", helperArg, helperVersion, procs, userArg(user))
+// procs are the call cgroups' cgroup.procs files, none without a call
+// cgroup; user nil or the user to drop to; execAllow nil means no exec
+// restriction.
+func helperArgs(procs []string, user *Credential, execAllow []string, limits [nLimits]rlimitArg, argv []string) []string {
+	args := make([]string, 0, 8+len(procs)+len(execAllow)+nLimits+len(argv))
+	args = append(args, "portcullis-exec-helper", helperArg, helperVersion, strconv.Itoa(len(procs)))
+	args = append(args, procs...)
+	args = append(args, userArg(user))
+	if execAllow == nil {
+		args = append(args, "-")
+	} else {
+		args = append(args, strconv.Itoa(len(execAllow)))
+		args = append(args, execAllow...)
+	}
 	for _, l := range limits {
 		args = append(args, l.String())
 	}
@@ -160,10 +176,83 @@ func helperArgs(procs string, user *Credential, limits [nLimits]rlimitArg, argv 
 // or anything else starts: the helper must do nothing but set limits and
 // exec.
 func MaybeRunHelper() {
-	if len(os.Args) < 2 || os.Args[1] != helperArg {
+	if len(os.Args) < 2 {
 		return
 	}
-	os.Exit(runHelper(os.Args[2:]))
+	switch os.Args[1] {
+	case helperArg:
+		os.Exit(runHelper(os.Args[2:]))
+	case restrictArg:
+		os.Exit(runRestrict(os.Args[2:]))
+	}
+}
+
+// The exec-restrict protocol, for a sandbox launcher that cannot itself
+// run under the restriction (bwrap: Landlock forbids the mounts it makes).
+// The launcher runs the helper as its command instead of the program:
+//
+//	<helper> __portcullis-exec-restrict v1 <m> <exec>... -- <argv0> <args...>
+//
+// and the helper restricts itself to executing the m paths (RestrictExec)
+// and execs argv0 with its own environment. On failure it writes one line
+// starting with RestrictRefusal to stderr and exits with HelperExitCode,
+// never running the program.
+const (
+	restrictArg     = "__portcullis-exec-restrict"
+	restrictVersion = "v1"
+)
+
+// RestrictRefusal starts the line an exec-restrict helper writes to stderr
+// when it refuses to run the program.
+const RestrictRefusal = "portcullis-exec-restrict: "
+
+// RestrictArgs is the argv (after the helper path) that makes the helper
+// restrict exec to allow, then exec argv.
+func RestrictArgs(allow, argv []string) []string {
+	out := make([]string, 0, 5+len(allow)+len(argv))
+	out = append(out, restrictArg, restrictVersion, strconv.Itoa(len(allow)))
+	out = append(out, allow...)
+	out = append(out, helperSep)
+	return append(out, argv...)
+}
+
+// runRestrict is the exec-restrict helper; it returns only on failure.
+func runRestrict(args []string) int {
+	fail := func(format string, a ...any) int {
+		_, _ = os.Stderr.WriteString(RestrictRefusal + fmt.Sprintf(format, a...) + "\n")
+		return HelperExitCode
+	}
+	if len(args) < 2 || args[0] != restrictVersion {
+		return fail("want %s M EXEC... -- ARGV...", restrictVersion)
+	}
+	m, err := strconv.Atoi(args[1])
+	if err != nil || m < 0 || m > maxExecAllow || len(args) < 2+m+2 || args[2+m] != helperSep {
+		return fail("want %s M EXEC... -- ARGV..., with M from 0 to %d", restrictVersion, maxExecAllow)
+	}
+	allow := args[2 : 2+m]
+	for _, p := range allow {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			return fail("%q is not a clean absolute path", p)
+		}
+	}
+	argv := args[3+m:]
+	if !filepath.IsAbs(argv[0]) {
+		return fail("argv[0] %q is not an absolute path", argv[0])
+	}
+	// Landlock restricts the calling thread only: the exec must come from
+	// the same thread.
+	runtime.LockOSThread()
+	if err := RestrictExec(allow); err != nil {
+		return fail("%v", err)
+	}
+	err = unix.Exec(argv[0], argv, os.Environ())
+	return fail("exec %s: %v", argv[0], err)
+}
+
+// HelperPath is the real path of the binary this runner re-executes as its
+// helper, for a launcher that must make it visible inside a sandbox.
+func (r *Runner) HelperPath() (string, error) {
+	return filepath.EvalSymlinks(r.helper)
 }
 
 // runHelper applies the limits and execs the target; it returns only on
@@ -184,22 +273,52 @@ func runHelper(args []string) int {
 	if status == nil {
 		return fail("status fd %d is not open: refusing to run outside the process runner", statusFD)
 	}
-	if len(args) < limitsAt+nLimits+2 {
-		return fail("want %s PROCS|- UID:GID|- SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+	if len(args) < 2 {
+		return fail("want %s N PROCS... UID:GID|- M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
 	}
 	if args[0] != helperVersion {
 		return fail("protocol version %q, want %q", args[0], helperVersion)
 	}
-	if args[limitsAt+nLimits] != helperSep {
-		return fail("argument %d is %q, want %q", limitsAt+nLimits, args[limitsAt+nLimits], helperSep)
+	n, err := strconv.Atoi(args[1])
+	if err != nil || n < 0 || n > maxProcs || len(args) < 2+n {
+		return fail("cgroup count %q: want 0 to %d, each followed by its path", args[1], maxProcs)
 	}
-	procs := args[procsAt]
-	if procs != "-" && (!filepath.IsAbs(procs) || filepath.Clean(procs) != procs || filepath.Base(procs) != procsBase) {
-		return fail("cgroup: %q is not \"-\" or a clean absolute path to %s", procs, procsBase)
+	procs := args[2 : 2+n]
+	for _, p := range procs {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || filepath.Base(p) != procsBase {
+			return fail("cgroup: %q is not a clean absolute path to %s", p, procsBase)
+		}
 	}
-	user, err := parseUserArg(args[userAt])
+	if len(args) < 4+n {
+		return fail("want %s N PROCS... UID:GID|- M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+	}
+	user, err := parseUserArg(args[2+n])
 	if err != nil {
 		return fail("%v", err)
+	}
+	var execAllow []string // nil: no restriction
+	limitsAt := 4 + n
+	if m := args[3+n]; m != "-" {
+		k, err := strconv.Atoi(m)
+		if err != nil || k < 0 || k > maxExecAllow {
+			return fail("exec count %q: want - or 0 to %d", m, maxExecAllow)
+		}
+		if len(args) < limitsAt+k {
+			return fail("want %s N PROCS... UID:GID|- M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+		}
+		execAllow = append([]string{}, args[limitsAt:limitsAt+k]...)
+		for _, p := range execAllow {
+			if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+				return fail("exec restriction: %q is not a clean absolute path", p)
+			}
+		}
+		limitsAt += k
+	}
+	if len(args) < limitsAt+nLimits+2 {
+		return fail("want %s N PROCS... UID:GID|- M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+	}
+	if args[limitsAt+nLimits] != helperSep {
+		return fail("argument %d is %q, want %q", limitsAt+nLimits, args[limitsAt+nLimits], helperSep)
 	}
 	var limits [nLimits]rlimitArg
 	for i := range nLimits {
@@ -217,15 +336,16 @@ func runHelper(args []string) int {
 	// open procs with) and long before the exec, so the target never runs
 	// outside the call cgroup. A failed join is a refusal, not a warning:
 	// the runner would otherwise believe the target contained.
-	if procs != "-" {
-		if err := joinCgroup(procs); err != nil {
-			return fail("cgroup: joining %s: %v", procs, err)
+	for _, p := range procs {
+		if err := joinCgroup(p); err != nil {
+			return fail("cgroup: joining %s: %v", p, err)
 		}
 	}
-	// Then the user: after the join (root's to make), before the limits
-	// (which an unprivileged user may still lower) and the exec. The
-	// thread that drops is the one that execs: PR_SET_PDEATHSIG is per
-	// thread, and the kernel clears it when the credentials change.
+	// Then the user: after the join (root's to make), before the exec
+	// restriction, the limits (which an unprivileged user may still lower)
+	// and the exec. The thread that drops is the one that execs:
+	// PR_SET_PDEATHSIG is per thread, and the kernel clears it when the
+	// credentials change; Landlock, too, restricts the calling thread only.
 	runtime.LockOSThread()
 	if user != nil {
 		if err := dropTo(*user); err != nil {
@@ -238,9 +358,17 @@ func runHelper(args []string) int {
 			return fail("the runner exited while the helper was starting")
 		}
 	}
-	// Everything exec needs is built now: once RLIMIT_AS is in place the
-	// runtime may be unable to map more memory (its address-space
-	// reservations already count), so nothing after it may allocate.
+	// The exec restriction before the limits: it opens files and may
+	// allocate. Fail closed: the target must never run unrestricted when
+	// a restriction was asked for.
+	if execAllow != nil {
+		if err := RestrictExec(execAllow); err != nil {
+			return fail("%v", err)
+		}
+	}
+	// Everything exec needs is built now: once RLIMIT_DATA is in place the
+	// runtime may be unable to map more memory, so nothing after it may
+	// allocate.
 	debug.SetGCPercent(-1)
 	argv0p, err := unix.BytePtrFromString(argv[0])
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 
 	"github.com/portcullis/portcullis/backends/sandbox"
+	"github.com/portcullis/portcullis/wire"
 )
 
 // HelperExitCode is the exit status of a helper that refused to start the
@@ -26,3 +27,17 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sandbox.Result, error) {
 	return sandbox.Result{}, errors.New("process: runner is only supported on linux")
 }
+
+// MemoryLimit names RLIMIT_DATA outside Linux, where the runner refuses to
+// run anything anyway.
+func (r *Runner) MemoryLimit() string { return wire.MemoryLimitRlimitData }
+
+// ErrNoLandlock means an exec restriction was asked for where there is no
+// Landlock (every system but Linux).
+var ErrNoLandlock = errors.New("process: exec restrictions need Landlock, which exists only on Linux")
+
+// LandlockABI is 0 outside Linux.
+func LandlockABI() int { return 0 }
+
+// ExecChain is the real path of path alone outside Linux.
+func ExecChain(path string) []string { return []string{path} }

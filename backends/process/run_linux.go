@@ -60,28 +60,35 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 	if err := ctx.Err(); err != nil {
 		return sandbox.Result{}, fmt.Errorf("process: not started: %w", err)
 	}
-	limits, err := r.rlimits(spec.Limits)
-	if err != nil {
-		return sandbox.Result{}, err
-	}
 
 	// The helper joins the call cgroup before it execs the target, so
 	// nothing the target forks is ever outside it.
-	procs := "-"
+	var procs []string
 	var cg *cgroup.Call
+	var err error
+	memoryByCgroup := false
 	if !l.Direct {
-		cg = r.callCgroup(ctx)
+		cg, memoryByCgroup, err = r.callCgroup(ctx, spec)
+		if err != nil {
+			return sandbox.Result{}, err
+		}
 	}
 	if cg != nil {
 		// Runs after the leader was waited for, which killed everything
 		// in the cgroup first (startAndWait).
 		defer cg.Remove()
-		procs = cg.ProcsPath()
+		procs = cg.ProcsPaths()
 		// The helper writes to whatever path it is given, as root here:
 		// only ever one of this runner's own call cgroups.
-		if !r.cgParent.Contains(procs) {
-			return sandbox.Result{}, fmt.Errorf("process: call cgroup %q is not under %q", procs, r.cgParent.Dir())
+		for _, p := range procs {
+			if !r.cgParent.Contains(p) {
+				return sandbox.Result{}, fmt.Errorf("process: call cgroup %q is not under %q", p, r.cgParent.Dir())
+			}
 		}
+	}
+	limits, err := r.rlimits(spec.Limits, !memoryByCgroup)
+	if err != nil {
+		return sandbox.Result{}, err
 	}
 
 	user := r.user
@@ -131,9 +138,28 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 
 	env := make([]string, 0, len(spec.Env)) // never nil: nil would inherit the gateway's environment
 	env = append(env, spec.Env...)
-	path, args := r.helper, helperArgs(procs, user, limits, target)
+	// The exec restriction covers what this runner execs itself (the
+	// program, or the launcher) besides what the spec allows.
+	var execAllow []string
+	if spec.ExecAllow != nil {
+		execAllow = append(ExecChain(target[0]), spec.ExecAllow...)
+		if len(execAllow) > maxExecAllow {
+			return sandbox.Result{}, fmt.Errorf("process: %d exec restriction paths, more than %d", len(execAllow), maxExecAllow)
+		}
+		if LandlockABI() < 1 {
+			return sandbox.Result{}, ErrNoLandlock
+		}
+	}
+	path, args := r.helper, helperArgs(procs, user, execAllow, limits, target)
 	files := append([]*os.File{statW}, l.ExtraFiles...)
 	if l.Direct {
+		if execAllow != nil {
+			// Without the helper nothing here restricts the program; a
+			// launcher restricts it itself (RestrictArgs) and clears
+			// ExecAllow. Landlock on the launcher would also forbid the
+			// mounts a sandbox launcher makes.
+			return sandbox.Result{}, errors.New("process: a direct launch cannot restrict exec; the launcher must (RestrictArgs)")
+		}
 		path, args, files = target[0], target, l.ExtraFiles
 	}
 	cmd := &exec.Cmd{
@@ -289,10 +315,15 @@ func checkSpec(spec sandbox.Spec) error {
 
 // rlimits turns the spec's limits into helper arguments. A limit above the
 // hard limit this process already has is lowered to it: the child could
-// never get more, and asking would fail.
-func (r *Runner) rlimits(l wire.Limits) ([nLimits]rlimitArg, error) {
+// never get more, and asking would fail. memory_bytes becomes RLIMIT_DATA
+// only when rlimitData is set (the call's memory is not bounded by its
+// cgroup).
+func (r *Runner) rlimits(l wire.Limits, rlimitData bool) ([nLimits]rlimitArg, error) {
 	var out [nLimits]rlimitArg
-	want := [nLimits]int64{int64(l.CPUSeconds), l.FsizeBytes, int64(l.Nofile), l.MemoryBytes}
+	want := [nLimits]int64{int64(l.CPUSeconds), l.FsizeBytes, int64(l.Nofile), 0}
+	if rlimitData {
+		want[3] = l.MemoryBytes
+	}
 	for i, v := range want {
 		if v == 0 {
 			continue
@@ -318,35 +349,92 @@ func (r *Runner) rlimits(l wire.Limits) ([nLimits]rlimitArg, error) {
 	return out, nil
 }
 
-// callCgroup returns a new cgroup for one run, or nil when runs go without
-// one: disabled (PidsMax < 0), no pids hierarchy (found out once, at the
-// first run, and logged once), or this call's cgroup could not be made
-// (logged; the run falls back to the process group, as bwrap's runner does
-// without RequirePidsLimit).
-func (r *Runner) callCgroup(ctx context.Context) *cgroup.Call {
+// MemoryLimit is how this runner bounds a call's memory_bytes when the
+// scope leaves it to the runner: wire.MemoryLimitCgroup when every call
+// gets its own memory cgroup (found out once, at the first call), else
+// wire.MemoryLimitRlimitData. Exec records it in the enforced scope.
+func (r *Runner) MemoryLimit() string {
+	if r.parent().Memory() {
+		return wire.MemoryLimitCgroup
+	}
+	return wire.MemoryLimitRlimitData
+}
+
+// parent probes the cgroup hierarchy once; nil when runs go without a call
+// cgroup (disabled, or no writable pids hierarchy).
+func (r *Runner) parent() *cgroup.Parent {
 	if r.pidsMax < 0 {
 		return nil
 	}
 	r.cgOnce.Do(func() {
 		p, err := cgroup.FindParent()
 		if err != nil {
-			r.log.Warn("process: no pids cgroup; descendants that leave the process group can outlive a call, and a fork bomb is bounded only by the timeout", "error", err)
+			r.log.Warn("process: no pids cgroup; descendants that leave the process group can outlive a call, a fork bomb is bounded only by the timeout, and memory only per process (RLIMIT_DATA)", "error", err)
 			return
+		}
+		if !p.Memory() {
+			r.log.Warn("process: no writable memory cgroup controller; memory_bytes is enforced per process (RLIMIT_DATA)")
 		}
 		r.cgParent = p
 	})
-	if r.cgParent == nil {
-		return nil
+	return r.cgParent
+}
+
+// MemoryPlan decides how spec's memory_bytes is enforced given the call
+// cgroups' parent (nil: none): the bytes the call cgroup must be limited to
+// (0: none) and whether RLIMIT_DATA carries the limit instead. It follows
+// spec.Scope.MemoryLimit when set, and refuses a scope that promised a
+// memory cgroup this parent cannot give; with no mechanism in the scope it
+// takes the cgroup when there is one.
+func MemoryPlan(parent *cgroup.Parent, spec sandbox.Spec) (cgroupBytes int64, rlimitData bool, err error) {
+	mem := spec.Limits.MemoryBytes
+	switch spec.Scope.MemoryLimit {
+	case wire.MemoryLimitRlimitData:
+		return 0, true, nil
+	case wire.MemoryLimitCgroup:
+		if mem > 0 && !parent.Memory() {
+			return 0, false, errors.New("the enforced scope bounds memory with a cgroup, but no memory cgroup is available to this runner")
+		}
+		return mem, false, nil
+	case "":
+		if mem > 0 && parent.Memory() {
+			return mem, false, nil
+		}
+		return 0, true, nil
+	default:
+		return 0, false, fmt.Errorf("unknown memory limit mechanism %q", spec.Scope.MemoryLimit)
 	}
-	c, err := r.cgParent.NewCall(r.pidsMax)
+}
+
+// callCgroup returns a new cgroup for one run, or nil when runs go without
+// one: disabled (PidsMax < 0), no pids hierarchy (found out once, at the
+// first run, and logged once), or this call's cgroup could not be made
+// (logged; the run falls back to the process group, as bwrap's runner does
+// without RequirePidsLimit) while no memory limit depends on it. The bool
+// says the call's memory is bounded by the cgroup. An error means the run
+// must not start: its memory bound was to come from a cgroup that could not
+// be made.
+func (r *Runner) callCgroup(ctx context.Context, spec sandbox.Spec) (*cgroup.Call, bool, error) {
+	p := r.parent()
+	memBytes, _, err := MemoryPlan(p, spec)
 	if err != nil {
+		return nil, false, fmt.Errorf("process: %w", err)
+	}
+	if p == nil {
+		return nil, false, nil
+	}
+	c, err := p.NewCallLimits(cgroup.Limits{Pids: r.pidsMax, MemoryBytes: memBytes})
+	if err != nil {
+		if memBytes > 0 {
+			return nil, false, fmt.Errorf("process: the call's memory cgroup: %w", err)
+		}
 		r.log.WarnContext(ctx, "process: running without a call cgroup", "error", err)
-		return nil
+		return nil, false, nil
 	}
 	if r.testAfterNewCall != nil {
 		r.testAfterNewCall(c)
 	}
-	return c
+	return c, memBytes > 0, nil
 }
 
 // exitInfo is how the child's wait ended.
@@ -546,8 +634,9 @@ type Rlimit struct {
 // Rlimits returns the limits Run would set for l, clamped to this process'
 // hard limits the same way, so a runner that applies them by other means
 // (bwrap: prlimit on a held child) sets exactly the same ones.
-func Rlimits(l wire.Limits) ([]Rlimit, error) {
-	args, err := (&Runner{}).rlimits(l)
+// memory_bytes becomes RLIMIT_DATA only when rlimitData is set (MemoryPlan).
+func Rlimits(l wire.Limits, rlimitData bool) ([]Rlimit, error) {
+	args, err := (&Runner{}).rlimits(l, rlimitData)
 	if err != nil {
 		return nil, err
 	}

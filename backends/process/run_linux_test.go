@@ -26,6 +26,18 @@ func TestMain(m *testing.M) {
 }
 
 // spec returns a Spec with sane defaults for tests.
+// goBinary is the go command's real path, "" when it is not installed.
+func goBinary() string {
+	p, err := exec.LookPath("go")
+	if err != nil {
+		return ""
+	}
+	if real, err := filepath.EvalSymlinks(p); err == nil {
+		return real
+	}
+	return ""
+}
+
 func spec(argv ...string) sandbox.Spec {
 	return sandbox.Spec{
 		Argv:           argv,
@@ -337,17 +349,30 @@ func TestRunRlimits(t *testing.T) {
 		name    string
 		argv    []string
 		limits  wire.Limits
+		memory  string // Scope.MemoryLimit
 		check   func(sandbox.Result) bool
 		explain string
 	}{
 		{
-			name:   "RLIMIT_AS stops a memory hog",
+			name:   "RLIMIT_DATA stops a memory hog",
 			argv:   []string{"/usr/bin/python3", "-c", "b = bytearray(512 * 1024 * 1024); print('allocated')"},
 			limits: wire.Limits{MemoryBytes: 128 << 20},
+			memory: wire.MemoryLimitRlimitData,
 			check: func(r sandbox.Result) bool {
 				return r.ExitCode != 0 && !strings.Contains(r.Stdout, "allocated") && strings.Contains(r.Stderr, "MemoryError")
 			},
 			explain: "want MemoryError and no 'allocated'",
+		},
+		{
+			// The Go runtime reserves far more address space than this at
+			// start; under RLIMIT_AS (the old mechanism) it died with
+			// "failed to reserve page summary memory".
+			name:    "the Go toolchain runs under RLIMIT_DATA",
+			argv:    []string{goBinary(), "version"},
+			limits:  wire.Limits{MemoryBytes: 512 << 20},
+			memory:  wire.MemoryLimitRlimitData,
+			check:   func(r sandbox.Result) bool { return r.ExitCode == 0 && strings.HasPrefix(r.Stdout, "go version ") },
+			explain: "want go version to succeed under a 512 MiB memory limit",
 		},
 		{
 			name:    "RLIMIT_FSIZE stops a big write",
@@ -371,9 +396,10 @@ func TestRunRlimits(t *testing.T) {
 			explain: "want ulimit -n = 77",
 		},
 		{
-			name:    "programs run under a tight AS limit",
+			name:    "programs run under a tight memory limit",
 			argv:    []string{"/bin/echo", "fits"},
 			limits:  wire.Limits{MemoryBytes: 32 << 20},
+			memory:  wire.MemoryLimitRlimitData,
 			check:   func(r sandbox.Result) bool { return r.ExitCode == 0 && r.Stdout == "fits\n" },
 			explain: "want echo to run under 32 MiB",
 		},
@@ -386,6 +412,7 @@ func TestRunRlimits(t *testing.T) {
 			}
 			s := spec(tt.argv...)
 			s.Limits = tt.limits
+			s.Scope.MemoryLimit = tt.memory
 			s.Timeout = 20 * time.Second
 			res := run(t, s)
 			if !tt.check(res) {
@@ -441,7 +468,17 @@ func TestHelperProtocolRefusals(t *testing.T) {
 	if err := os.WriteFile(notCgroupfs, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	good := []string{helperArg, helperVersion, "-", "-", "-", "-", "-", "-", helperSep, "/bin/touch", proof}
+	// 0 helperArg, 1 version, 2 cgroup count, 3 user, 4 exec count,
+	// 5-8 limits, 9 separator, 10 target.
+	good := []string{helperArg, helperVersion, "0", "-", "-", "-", "-", "-", "-", helperSep, "/bin/touch", proof}
+	// withProcs is good with one cgroup.procs argument.
+	withProcs := func(p string) []string {
+		return slices.Insert(replace(good, 2, "1"), 3, p)
+	}
+	// withExec is good restricted to execute only the given paths.
+	withExec := func(paths ...string) []string {
+		return slices.Insert(replace(good, 4, strconv.Itoa(len(paths))), 5, paths...)
+	}
 	tests := []struct {
 		name     string
 		args     []string
@@ -452,19 +489,28 @@ func TestHelperProtocolRefusals(t *testing.T) {
 		{name: "bad version", args: replace(good, 1, "v9"), want: "protocol version"},
 		{name: "previous version", args: replace(good, 1, "v2"), want: "protocol version"},
 		{name: "first version", args: replace(good, 1, "v1"), want: "protocol version"},
-		{name: "missing separator", args: replace(good, 8, "x"), want: `want "--"`},
-		{name: "v2 layout", args: slices.Delete(replace(good, 1, "v2"), 3, 4), want: "protocol version"},
-		{name: "garbage limit", args: replace(good, 4, "lots"), want: "RLIMIT_CPU"},
-		{name: "negative limit", args: replace(good, 7, "-1:-1"), want: "RLIMIT_AS"},
-		{name: "soft above hard", args: replace(good, 5, "9:8"), want: "soft above hard"},
-		{name: "relative target", args: replace(good, 9, "touch"), want: "not an absolute path"},
-		{name: "too few arguments", args: good[:9], want: "arguments"},
-		{name: "exec failure", args: replace(good, 9, "/nonexistent/prog"), want: "exec /nonexistent/prog"},
-		{name: "relative cgroup procs", args: replace(good, 2, procsBase), want: "cgroup"},
-		{name: "cgroup file not procs", args: replace(good, 2, "/sys/fs/cgroup/pids/tasks"), want: "cgroup"},
-		{name: "unclean cgroup procs", args: replace(good, 2, "/sys/fs/cgroup/pids/x/../cgroup.procs"), want: "cgroup"},
-		{name: "missing cgroup", args: replace(good, 2, "/sys/fs/cgroup/pids/portcullis-nonexistent/cgroup.procs"), want: "cgroup: joining"},
-		{name: "procs not on a cgroup filesystem", args: replace(good, 2, notCgroupfs), want: "not on a cgroup filesystem"},
+		{name: "v3 token", args: replace(good, 1, "v3"), want: "protocol version"},
+		{name: "missing separator", args: replace(good, 9, "x"), want: `want "--"`},
+		{name: "v3 layout, v4 token", args: slices.Delete(good, 3, 4), want: "UID:GID"},
+		{name: "too many cgroups", args: replace(good, 2, "3"), want: "cgroup count"},
+		{name: "negative cgroup count", args: replace(good, 2, "-1"), want: "cgroup count"},
+		{name: "cgroup count past the arguments", args: replace(good, 2, "2")[:4], want: "cgroup count"},
+		{name: "garbage exec count", args: replace(good, 4, "x"), want: "exec count"},
+		{name: "negative exec count", args: replace(good, 4, "-2"), want: "exec count"},
+		{name: "exec count past the arguments", args: replace(good, 4, "60"), want: "arguments"},
+		{name: "relative exec path", args: withExec("bin/touch"), want: "exec restriction"},
+		{name: "exec restriction forbids the target", args: withExec("/nonexistent"), want: "exec /bin/touch: permission denied"},
+		{name: "garbage limit", args: replace(good, 5, "lots"), want: "RLIMIT_CPU"},
+		{name: "negative limit", args: replace(good, 8, "-1:-1"), want: "RLIMIT_DATA"},
+		{name: "soft above hard", args: replace(good, 6, "9:8"), want: "soft above hard"},
+		{name: "relative target", args: replace(good, 10, "touch"), want: "not an absolute path"},
+		{name: "too few arguments", args: good[:10], want: "arguments"},
+		{name: "exec failure", args: replace(good, 10, "/nonexistent/prog"), want: "exec /nonexistent/prog"},
+		{name: "relative cgroup procs", args: withProcs(procsBase), want: "cgroup"},
+		{name: "cgroup file not procs", args: withProcs("/sys/fs/cgroup/pids/tasks"), want: "cgroup"},
+		{name: "unclean cgroup procs", args: withProcs("/sys/fs/cgroup/pids/x/../cgroup.procs"), want: "cgroup"},
+		{name: "missing cgroup", args: withProcs("/sys/fs/cgroup/pids/portcullis-nonexistent/cgroup.procs"), want: "cgroup: joining"},
+		{name: "procs not on a cgroup filesystem", args: withProcs(notCgroupfs), want: "not on a cgroup filesystem"},
 		{name: "user not numeric", args: replace(good, 3, "nobody"), want: "UID:GID"},
 		{name: "user to root", args: replace(good, 3, "0:0"), want: "not dropping privileges"},
 		{name: "user root group", args: replace(good, 3, "65534:0"), want: "not dropping privileges"},

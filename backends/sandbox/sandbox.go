@@ -32,6 +32,13 @@ type Spec struct {
 	// process backend under a root gateway) hands them to that user so
 	// the program can use them.
 	PrivateDirs []string
+
+	// ExecAllow, when not nil, are the only files (and directories, whose
+	// files) the program and everything it starts may execute; it must
+	// include the program itself and its ELF interpreter
+	// (process.ExecChain). Runners enforce it with Landlock and refuse to
+	// run the call where they cannot. Nil: no restriction.
+	ExecAllow []string
 }
 
 // Result is how the run ended.

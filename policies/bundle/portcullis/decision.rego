@@ -38,14 +38,14 @@ _fast := d if {
 	count(c.malformed) == 0
 	es := exec.fast_env_set
 	count(es) > 0
-	d := object.union(c.call, {"env": {"set": es}, "rule_ids": array.concat(c.rule_ids, exec.fast_rule_ids)})
+	d := object.union(c.call, object.union({"env": {"set": es}, "rule_ids": array.concat(c.rule_ids, exec.fast_rule_ids)}, exec.fast_exec))
 } else := d if {
 	input.tool == "Exec"
 	input.purpose in {"call", "dry_run"}
 	c := grants.compiled
 	count(c.malformed) == 0
 	count(exec.fast_env_set) == 0
-	d := object.union(c.call, {"rule_ids": array.concat(c.rule_ids, exec.fast_rule_ids)})
+	d := object.union(c.call, object.union({"rule_ids": array.concat(c.rule_ids, exec.fast_rule_ids)}, exec.fast_exec))
 }
 
 _fast := d if {
@@ -112,7 +112,7 @@ _allowed := grants.compiled.list if input.purpose == "list"
 
 _allowed := _call_allowed if _checks_args
 
-_call_allowed := object.union(c, {"env": {"set": exec.env_set}, "rule_ids": array.concat(c.rule_ids, exec.shape_rule_ids)}) if {
+_call_allowed := object.union(c, object.union({"env": {"set": exec.env_set}, "rule_ids": array.concat(c.rule_ids, exec.shape_rule_ids)}, exec.exec_part)) if {
 	input.tool == "Exec"
 	c := grants.compiled.call
 } else := grants.compiled.call

@@ -117,7 +117,8 @@ test_principal_override_merges_over_role if {
 	d.allow == true
 	d.fs_grants == [{"path": "/usr", "mode": "r"}, {"path": "/srv/work", "mode": "rw", "alias": "@project"}]
 	d.limits.timeout_s == 300
-	d.limits.cpu_seconds == 60 # role/default limits kept key by key
+	d.limits.max_output_bytes == 262144 # role/default limits kept key by key
+	not d.limits.cpu_seconds # unset: the gateway takes the call's timeout
 	d.env.pass == ["GOFLAGS"]
 }
 
@@ -268,8 +269,8 @@ test_rule_ids_of_allowed_exec_name_grant_and_shape if {
 	d := portcullis.decision with input as _exec(["/usr/bin/git", "log", "--oneline", "-n", "5"], "git")
 	d.allow == true
 	d.rule_ids == ["grant:role/agent/Exec", "exec.shape.git.log"]
-	v := portcullis.decision with input as _exec(["/usr/bin/bash", "--version"], "bash")
-	v.rule_ids == ["grant:role/agent/Exec", "exec.shape.any.--version"]
+	v := portcullis.decision with input as _exec(["/usr/bin/git", "--version"], "git")
+	v.rule_ids == ["grant:role/agent/Exec", "exec.shape.git.--version"]
 	f := portcullis.full_decision with input as _exec(["/usr/bin/git", "log", "--oneline", "-n", "5"], "git")
 	f.rule_ids == d.rule_ids
 }

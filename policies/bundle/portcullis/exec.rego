@@ -20,8 +20,31 @@
 #       require          arguments that must appear after the prefix
 #       env_set          variables set for the call when the shape matches
 #       hint             said in the deny reason when program and prefix matched
+#       insert_before    arguments the gateway forces right after argv[0]
+#       insert_after     arguments the gateway forces right after the prefix
+#       path_operands    false: operands are not paths (default true: each
+#                        operand, and everything after "--", names a path
+#                        the gateway holds against the grants)
+#       path_flags       options whose "=VALUE" names a path (["--config"])
+#       exec_restrict    true: the program may execute nothing but itself,
+#                        its interpreter and exec_allow (default: the
+#                        program's harden entry, else the profile's)
+#       exec_allow       further files or directories it may execute:
+#                        absolute, or relative to argv[0]'s real directory
+#     harden       {PROGRAM: {insert_before, insert_after, env_set,
+#                  path_flags, exec_restrict, exec_allow}}: hardening every
+#                  shape of PROGRAM gets (its "*" shapes too), so a shape
+#                  added later cannot forget it; a shape's own settings add
+#                  to it (exec_restrict: override it)
+#     exec_restrict  the default exec_restrict of the profile's shapes
+#     refusals     [{program, prefix, reason}]: shapes deliberately left out,
+#                  with the reason the deny message gives
+#   The decision of a call that matches a shape carries "exec": the forced
+#   arguments (insert), the path arguments (path_args) and the exec
+#   restriction (exec_restrict, exec_allow); the gateway enforces all three.
 #   Caller env names that subvert programs are denied under every profile: a
-#   baseline here that data can only extend (config.exec.env_deny).
+#   baseline here that data can only extend (config.exec.env_deny); so is a
+#   caller env name that a matching shape sets.
 package portcullis.exec
 
 import data.portcullis.config
@@ -150,6 +173,12 @@ denials contains {"rule": "exec.env_deny", "reason": sprintf("caller env %s not 
 	denied_env(n)
 }
 
+denials contains {"rule": "exec.env_forced", "reason": sprintf("caller env %s not allowed: the profile sets it for this program", [n])} if {
+	some n in env_names
+	some k, _ in env_set
+	upper(n) == upper(k)
+}
+
 denials contains {"rule": "exec.unresolved", "reason": "Exec input not resolved by the gateway: resolved.argv0 missing"} if not argv0
 
 denials contains {"rule": "exec.unknown_profile", "reason": sprintf("unknown exec profile %s", [profile_name])} if not profile
@@ -197,6 +226,15 @@ _near_miss_hints contains concat("", [" (", s.hint, ")"]) if {
 	_prefix_ok_p(_prefix(s))
 }
 
+# A refusal (profile.refusals: [{program, prefix, reason}]) explains why a
+# shape the profile deliberately leaves out is refused.
+_near_miss_hints contains concat("", [" (", r.reason, ")"]) if {
+	some r in profile.refusals
+	r.program == _known_as
+	is_string(r.reason)
+	_prefix_ok_p(_prefix(r))
+}
+
 # program is the name the profile knows the real program by: its basename,
 # or the program an alias pattern maps it to (python3.11 -> python3).
 program := base if {
@@ -210,6 +248,10 @@ program := base if {
 	]
 	count(ps) > 0
 }
+
+# _known_as is program, or the real basename for a program the profile
+# does not name.
+_known_as := program if program else := base
 
 _shapes_for(name) := ss if {
 	ss := profile.programs[name]
@@ -250,6 +292,88 @@ _matching(cands, args) := [s |
 
 # fast_env_set is env_set for a call on the fast path (fast_matched).
 fast_env_set := object.union_n([e | some s in fast_matched; e := s.env_set])
+
+# fast_exec is {"exec": plan} for a call on the fast path, {} when no shape
+# matched (a profile that takes any argv).
+fast_exec := {"exec": plan_for(fast_matched, array.slice(input.args.argv, 1, count(input.args.argv)))} if {
+	count(fast_matched) > 0
+} else := {}
+
+# exec_part is {"exec": plan} for the call, {} when no shape matched.
+exec_part := {"exec": plan_for(_matched, args)} if {
+	count(_matched) > 0
+} else := {}
+
+# plan_for is the Exec plan of a call whose arguments args matched the
+# compiled shapes matched (in candidate order): the first shape's forced
+# arguments; the path arguments of every matched shape (a shape that does
+# not treat an argument as a path cannot unmake another's check); the exec
+# restriction when any matched shape restricts, with all their allows.
+plan_for(matched, args) := object.union(matched[0].restriction, {"path_args": _path_args(matched[0], args), "insert": matched[0].inserts}) if {
+	count(matched) == 1 # the common case: the shape's constants, as compiled
+	count(matched[0].inserts) > 0
+} else := object.union(matched[0].restriction, {"path_args": _path_args(matched[0], args)}) if {
+	count(matched) == 1
+} else := object.union_n([
+	{"path_args": sort({x | some s in matched; some x in _shape_path_args(s, args)})},
+	{"insert": ins | ins := matched[0].inserts; count(ins) > 0},
+	_restriction(matched),
+])
+
+# _path_args are the path arguments of one shape, sorted. For the common
+# shape (operands are paths, no path_flags) and arguments without "--" it
+# takes a shortcut that gives the same answer (exec_hardening_test.rego
+# checks both ways).
+_path_args(s, args) := [{"index": k} |
+	some j, a in array.slice(args, s.n, count(args))
+	not startswith(a, "-")
+	k := 1 + s.n + j
+] if {
+	s.paths
+	count(s.pflags) == 0
+	not "--" in args
+} else := [] if {
+	not s.paths
+	count(s.pflags) == 0
+} else := sort(_shape_path_args(s, args))
+
+_restriction(matched) := {"exec_restrict": true, "exec_allow": sort({a | some s in matched; some a in s.allow})} if {
+	some s in matched
+	s.restrict
+} else := {}
+
+# _shape_path_args are the argv positions (argv[0] is 0) of the arguments
+# shape s says name paths: its operands, when path_operands; everything
+# after a "--", which programs take as operands whatever it starts with;
+# and the value of each "--opt=VALUE" whose name is in path_flags.
+_shape_path_args(s, args) := {x |
+	rest := array.slice(args, s.n, count(args))
+	dd := _dashdash(rest)
+	some j, a in rest
+	x := _path_arg(s, a, j, dd, 1 + s.n + j)
+}
+
+_dashdash(rest) := count(rest) if {
+	not "--" in rest
+} else := min({i | rest[i] == "--"})
+
+_path_arg(s, _, j, dd, k) := {"index": k} if {
+	s.paths
+	j > dd
+}
+
+_path_arg(s, a, j, dd, k) := {"index": k} if {
+	s.paths
+	j < dd
+	not startswith(a, "-")
+}
+
+_path_arg(s, a, j, dd, k) := {"index": k, "value": true} if {
+	j < dd
+	startswith(a, "-")
+	contains(a, "=")
+	split(a, "=")[0] in s.pflags
+}
 
 # fast_rule_ids are shape_rule_ids for a call on the fast path.
 fast_rule_ids := _shape_rule_ids(fast_matched)

@@ -9,7 +9,7 @@ _full := {"agent-alpha": {"tools": {"Exec": {"profile": "full"}}}}
 test_passive_allowed_shapes if {
 	cases := [
 		[["/usr/bin/echo", "hi", "-n"], "echo"],
-		[["/usr/bin/bash", "--version"], "bash"],
+		[["/usr/bin/git", "--version"], "git"],
 		[["/usr/bin/python3.11", "--version"], "python3.11"],
 		[["/usr/bin/python3.11", "-m", "py_compile", "a.py", "b.py"], "python3.11"],
 		[["/usr/bin/python3", "-m", "py_compile", "a.py"], "python3"],
@@ -50,7 +50,8 @@ test_passive_denied_shapes if {
 		[["/usr/bin/git", "push"], "git"],
 		[["/usr/bin/tail", "-f", "log"], "tail"],
 		[["/usr/bin/ls", "--hyperlink=always"], "ls"],
-		[["/usr/bin/bash", "--version", "extra"], "bash"],
+		[["/usr/bin/bash", "--version"], "bash"],
+		[["/usr/bin/git", "--version", "extra"], "git"],
 		[["/usr/bin/rm", "-rf", "/"], "rm"],
 		[["/usr/bin/pwd", "-P"], "pwd"],
 	]
@@ -82,7 +83,7 @@ test_passive_matches_real_basename_not_caller_name if {
 test_passive_program_outside_dirs_denied if {
 	d := portcullis.decision with input as _exec(["/srv/work/echo", "hi"], "echo")
 	d.allow == false
-	d.reasons == ["program /srv/work/echo not allowed by profile passive: not under /usr/bin, /usr/local/bin, /usr/local/go/bin, /usr/lib/go/bin"]
+	d.reasons == ["program /srv/work/echo not allowed by profile passive: not under /usr/bin, /usr/local/bin, /usr/local/go/bin, /usr/lib/go/bin, /usr/lib/node_modules/npm/bin"]
 }
 
 test_passive_dir_prefix_is_a_path_prefix if {
@@ -191,5 +192,5 @@ test_git_shapes_set_hardening_env if {
 
 test_go_shapes_set_toolchain_env if {
 	d := portcullis.decision with input as _exec(["/usr/local/go/bin/go", "vet", "./..."], "go")
-	d.env.set == {"GOTOOLCHAIN": "local", "GOPROXY": "off", "CGO_ENABLED": "0"}
+	d.env.set == {"GOTOOLCHAIN": "local", "GOPROXY": "off", "GOFLAGS": "-mod=readonly", "GOWORK": "off", "GOENV": "off", "CGO_ENABLED": "0"}
 }

@@ -144,7 +144,8 @@ _present(obj, k) if {
 #   dir_prefixes  argv0_dirs as path prefixes ("/usr/bin/"), when argv0_dirs is an array
 #   dirs          the string entries of argv0_dirs, for the deny reason
 #   cands         {PROGRAM: candidates} for every PROGRAM with an array of
-#                 shapes: its shapes followed by those for any program ("*")
+#                 shapes or a harden entry: its shapes followed by those for
+#                 any program ("*"), all hardened for PROGRAM
 #   star          the candidates of a program the profile does not name
 #   unaliased     star, when the profile has no aliases: the candidates of
 #                 any basename the profile does not name
@@ -162,12 +163,20 @@ _profile(p) := object.union_n([
 		"profile": p,
 		"any_argv": _is_true(object.get(p, "any_argv", false)),
 		"dirs": _dirs(p),
-		"cands": {prog: _cands(_shapes(prog, ss), _star(p)) | some prog, ss in p.programs; is_array(ss)},
-		"star": _cands([], _star(p)),
+		"cands": {prog: _cands(_shapes(prog, _prog_shapes(p, prog), p), _star(p, prog)) | some prog in _programs(p)},
+		"star": _cands([], _star(p, "*")),
 	},
 	{"dir_prefixes": x | is_array(p.argv0_dirs); x := _dir_prefixes(p)},
-	{"unaliased": x | not _has_aliases(p); x := _cands([], _star(p))},
+	{"unaliased": x | not _has_aliases(p); x := _cands([], _star(p, "*"))},
 ])
+
+# _programs are the programs a profile names: with shapes, or hardened.
+_programs(p) := {prog | some prog, ss in p.programs; is_array(ss); prog != "*"} | {prog | some prog, h in p.harden; is_object(h); prog != "*"}
+
+_prog_shapes(p, prog) := ss if {
+	ss := p.programs[prog]
+	is_array(ss)
+} else := []
 
 _has_aliases(p) if {
 	some a in p.aliases
@@ -182,12 +191,22 @@ _dir_prefixes(p) := [concat("", [trim_right(d, "/"), "/"]) |
 	startswith(d, "/")
 ]
 
-_star(p) := _shapes("*", ss) if {
+# _star are the shapes for any program ("*"), hardened for prog (none for
+# "*" itself: a program the profile does not name).
+_star(p, prog) := [cs | some s in ss; cs := _shape(s, "*", _harden(p, prog), p)] if {
 	ss := p.programs["*"]
 	is_array(ss)
 } else := []
 
-_shapes(prog, ss) := [cs | some s in ss; cs := _shape(s, prog)]
+_shapes(prog, ss, p) := [cs | some s in ss; cs := _shape(s, prog, _harden(p, prog), p)]
+
+# _harden is a program's hardening (harden[PROGRAM]), applied to every shape
+# that matches it; {} when none. A malformed one (not an object) is
+# returned as it is, and then no shape of the program can match (_shape).
+_harden(p, prog) := h if {
+	prog != "*"
+	h := p.harden[prog]
+} else := {}
 
 # _shape_id is the rule id of a shape: its "id" when a string, else
 # "exec.shape.PROGRAM[.PREFIX...]", PROGRAM "any" for the shapes of "*".
@@ -215,10 +234,12 @@ _can_lead(s, _) if s.n == 0
 
 _can_lead(s, tok) if s.p[0] == tok
 
-# _shape is shape s with its fields checked and normalized; undefined for a
+# _shape is shape s, hardened by h (the program's harden entry) under
+# profile prof, with its fields checked and normalized; undefined for a
 # shape that can never match (not an object, a prefix that is not an array,
 # a max_rest or min_operands that is not a number, a require that is not a
-# collection).
+# collection, or hardening fields of the shape or of h that are not what
+# they must be: a hardening that cannot be applied must not be dropped).
 #   shape     s as configured
 #   p, n      the prefix and its length
 #   arg_re    {true: pattern for options, false: pattern for operands}: the
@@ -226,9 +247,15 @@ _can_lead(s, tok) if s.p[0] == tok
 #   max       max_rest, when set
 #   min       min_operands, 0 when unset
 #   req       the set of required arguments
-#   env_set   env_set, when an object
+#   env_set   h's env_set with the shape's over it
+#   before    forced arguments after argv[0] (h's, then the shape's insert_before)
+#   after     forced arguments after the prefix (insert_after, likewise)
+#   paths     path_operands: operands name paths (default true)
+#   pflags    path_flags: options whose "=VALUE" names a path
+#   restrict  exec_restrict: the shape's, else h's, else the profile's
+#   allow     exec_allow: h's then the shape's
 #   id        the shape's rule id (_shape_id)
-_shape(s, prog) := object.union_n([
+_shape(s, prog, h, prof) := object.union_n([
 	{
 		"shape": s,
 		"id": _shape_id(s, prog),
@@ -240,18 +267,69 @@ _shape(s, prog) := object.union_n([
 		),
 		"min": object.get(s, "min_operands", 0),
 		"req": {r | some r in req},
+		"env_set": object.union(object.get(h, "env_set", {}), object.get(s, "env_set", {})),
+		"before": array.concat(object.get(h, "insert_before", []), object.get(s, "insert_before", [])),
+		"after": array.concat(object.get(h, "insert_after", []), object.get(s, "insert_after", [])),
+		"paths": object.get(s, "path_operands", true) != false,
+		"pflags": {f | some f in array.concat(object.get(h, "path_flags", []), object.get(s, "path_flags", []))},
+		"restrict": _restrict(s, h, prof),
+		"allow": array.concat(object.get(h, "exec_allow", []), object.get(s, "exec_allow", [])),
+		"inserts": _inserts(s, h, p),
+		"restriction": _restriction(s, h, prof),
 	},
 	{"max": m | m := s.max_rest},
-	{"env_set": e | e := s.env_set; is_object(e)},
 ]) if {
 	is_object(s)
+	is_object(h)
 	p := object.get(s, "prefix", [])
 	is_array(p)
 	is_number(object.get(s, "max_rest", 0))
 	is_number(object.get(s, "min_operands", 0))
 	req := object.get(s, "require", [])
 	_is_collection(req)
+	every o in [s, h] {
+		_strings_or_absent(o, "insert_before")
+		_strings_or_absent(o, "insert_after")
+		_strings_or_absent(o, "path_flags")
+		_strings_or_absent(o, "exec_allow")
+		is_object(object.get(o, "env_set", {}))
+		is_boolean(object.get(o, "exec_restrict", false))
+	}
+	is_boolean(object.get(s, "path_operands", true))
 }
+
+# _inserts are a shape's forced arguments as the decision's exec.insert
+# gives them (argv positions 1 and after the prefix); a constant of the
+# shape, computed here once per bundle.
+_inserts(s, h, p) := array.concat(
+	[{"at": 1, "args": before} | before := array.concat(object.get(h, "insert_before", []), object.get(s, "insert_before", [])); count(before) > 0],
+	[{"at": count(p) + 1, "args": after} | after := array.concat(object.get(h, "insert_after", []), object.get(s, "insert_after", [])); count(after) > 0],
+)
+
+# _restriction is a shape's exec restriction as the decision gives it, {}
+# when the shape does not restrict.
+_restriction(s, h, prof) := {"exec_restrict": true, "exec_allow": sort({a | some a in array.concat(object.get(h, "exec_allow", []), object.get(s, "exec_allow", []))})} if {
+	_restrict(s, h, prof)
+} else := {}
+
+# _strings_or_absent holds when o[k] is absent or an array of non-empty strings.
+_strings_or_absent(o, k) if not _present(o, k)
+
+_strings_or_absent(o, k) if {
+	is_array(o[k])
+	every v in o[k] {
+		is_string(v)
+		v != ""
+	}
+}
+
+_restrict(s, h, prof) := v if {
+	v := s.exec_restrict
+	is_boolean(v)
+} else := v if {
+	v := h.exec_restrict
+	is_boolean(v)
+} else := object.get(prof, "exec_restrict", false) == true
 
 _is_collection(x) if is_array(x)
 

@@ -1,0 +1,188 @@
+package process
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Exec restriction. A call whose spec names ExecAllow may start no program
+// but those: a Landlock ruleset that handles only LANDLOCK_ACCESS_FS_EXECUTE
+// is put on the process before it execs the target, and the kernel then
+// refuses every execve (and the ELF interpreter it would load) outside the
+// allowed files and directories, for the target and everything it starts.
+// This is what makes a read-only program safe against a working tree that
+// configures it to run commands: git runs a repository's filter drivers,
+// fsmonitor hook, gpg.program and hooks by executing them, and under the
+// restriction each of those executions fails with EACCES whatever the
+// repository's configuration says. Code a program loads into itself (a
+// Python import, a Ruby require) is not an execution; profiles close those
+// doors with flags (python3 -I) or refuse the shape.
+
+// LandlockABI is the kernel's Landlock ABI version, 0 when Landlock is not
+// available (kernel older than 5.13, or Landlock not enabled at boot).
+func LandlockABI() int {
+	landlockOnce.Do(func() {
+		v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+		if errno == 0 {
+			landlockABI = int(v)
+		}
+	})
+	return landlockABI
+}
+
+var (
+	landlockOnce sync.Once
+	landlockABI  int
+)
+
+// ErrNoLandlock means an exec restriction was asked for on a kernel without
+// Landlock: the call must not run unrestricted.
+var ErrNoLandlock = errors.New("process: the program's exec restriction needs Landlock, which this kernel does not offer")
+
+// RestrictExec restricts the calling thread, and every process it starts
+// afterwards, to executing the files in allow and the files beneath the
+// directories in allow. It must run on a locked OS thread (LockOSThread)
+// that then makes the exec itself and is never returned to the scheduler:
+// Landlock binds the thread, not the process, and the restriction cannot
+// be lifted. Paths that do
+// not exist are skipped; an empty allow list permits no execution at all.
+// It sets no_new_privs first when the thread lacks CAP_SYS_ADMIN, as the
+// kernel requires.
+func RestrictExec(allow []string) error {
+	if LandlockABI() < 1 {
+		return ErrNoLandlock
+	}
+	attr := struct{ handledAccessFS uint64 }{unix.LANDLOCK_ACCESS_FS_EXECUTE}
+	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
+	if errno != 0 {
+		return fmt.Errorf("process: landlock_create_ruleset: %w", errno)
+	}
+	ruleset := int(fd)
+	defer unix.Close(ruleset)
+	for _, p := range allow {
+		pfd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("process: exec restriction: opening %s: %w", p, err)
+		}
+		rule := unix.LandlockPathBeneathAttr{Allowed_access: unix.LANDLOCK_ACCESS_FS_EXECUTE, Parent_fd: int32(pfd)}
+		_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(ruleset), unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&rule)), 0, 0, 0)
+		_ = unix.Close(pfd)
+		if errno != 0 {
+			return fmt.Errorf("process: exec restriction: allowing %s: %w", p, errno)
+		}
+	}
+	_, _, errno = unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(ruleset), 0, 0)
+	if errno == unix.EPERM {
+		// Without CAP_SYS_ADMIN the kernel wants no_new_privs, which is
+		// harmless here: nothing a restricted program starts should gain
+		// privileges anyway.
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("process: exec restriction: no_new_privs: %w", err)
+		}
+		_, _, errno = unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(ruleset), 0, 0)
+	}
+	if errno != 0 {
+		return fmt.Errorf("process: landlock_restrict_self: %w", errno)
+	}
+	return nil
+}
+
+// ExecChain is what must be executable for path itself to run: its real
+// path, its ELF interpreter (the dynamic loader, which the kernel opens for
+// execution too), and for a script the interpreter its #! line names, that
+// interpreter's own chain and, for "#!/usr/bin/env NAME", NAME looked up in
+// BasePath. Missing pieces are left out: the exec then fails, closed.
+func ExecChain(path string) []string {
+	var out []string
+	seen := map[string]bool{}
+	var add func(p string, depth int)
+	add = func(p string, depth int) {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil || seen[real] || depth > 4 {
+			return
+		}
+		seen[real] = true
+		out = append(out, real)
+		if interp := elfInterpreter(real); interp != "" {
+			add(interp, depth+1)
+			return
+		}
+		interp, arg := shebang(real)
+		if interp == "" {
+			return
+		}
+		add(interp, depth+1)
+		if filepath.Base(interp) == "env" && arg != "" {
+			for _, dir := range filepath.SplitList(BasePath) {
+				if fi, err := os.Stat(filepath.Join(dir, arg)); err == nil && fi.Mode().IsRegular() {
+					add(filepath.Join(dir, arg), depth+1)
+					break
+				}
+			}
+		}
+	}
+	add(path, 0)
+	return out
+}
+
+// BasePath is the PATH Exec gives every program (exectool.BasePath); env
+// looks interpreters up in it.
+const BasePath = "/usr/local/bin:/usr/bin:/bin"
+
+// elfInterpreter is the PT_INTERP of an ELF file, "" for anything else.
+func elfInterpreter(path string) string {
+	f, err := elf.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_INTERP {
+			continue
+		}
+		b := make([]byte, min(p.Filesz, 4096))
+		if _, err := p.ReadAt(b, 0); err != nil {
+			return ""
+		}
+		return string(bytes.TrimRight(b, "\x00"))
+	}
+	return ""
+}
+
+// shebang is a script's #! interpreter and its first argument, if any.
+func shebang(path string) (interp, arg string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", ""
+	}
+	defer f.Close()
+	line, err := bufio.NewReaderSize(f, 256).ReadString('\n')
+	if err != nil && line == "" {
+		return "", ""
+	}
+	rest, ok := strings.CutPrefix(line, "#!")
+	if !ok {
+		return "", ""
+	}
+	fields := strings.Fields(rest)
+	if len(fields) == 0 || !filepath.IsAbs(fields[0]) {
+		return "", ""
+	}
+	if len(fields) > 1 && !strings.HasPrefix(fields[1], "-") {
+		arg = fields[1]
+	}
+	return fields[0], arg
+}
