@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/wire"
 )
@@ -55,6 +56,9 @@ func (s *Server) dryRun(c echo.Context) error {
 	if err != nil {
 		resp.Error = toWireError(err)
 		return c.JSON(http.StatusOK, resp)
+	}
+	if r, ok := call.(backends.Releaser); ok {
+		r.Release() // a dry run never runs
 	}
 	resp.Scope = &scope
 	return c.JSON(http.StatusOK, resp)

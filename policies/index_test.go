@@ -86,6 +86,8 @@ func TestDecisionFromASTAgreesWithParseDecision(t *testing.T) {
 		`{"allow": true, "rule_ids": ["has space"]}`,
 		`{"allow": false, "reasons": ["no"], "rule_ids": [""]}`,
 		`{"allow": true, "rule_ids": null}`,
+		`{"allow": true, "fs_grants": [{"path": "/srv/dots", "mode": "rw", "alias": "@dots", "allow_autorun": true}, {"path": "/srv/w", "mode": "rw", "allow_autorun": false}]}`,
+		`{"allow": true, "fs_grants": [{"path": "/srv/dots", "mode": "rw", "allow_autorun": "yes"}, {"path": "/srv/w", "mode": "r"}]}`,
 	} {
 		v := ast.MustParseTerm(src).Value
 		x, err := ast.JSON(v)

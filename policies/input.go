@@ -59,7 +59,7 @@ var keyTerms = func() map[string]*ast.Term {
 		"session_id", "call_id", "time",
 		// decision
 		"allow", "reasons", "fs_deny", "rule_ids", "fs_grants", "network", "env", "limits",
-		"path", "mode", "alias", "posture", "pass", "set",
+		"path", "mode", "alias", "allow_autorun", "posture", "pass", "set",
 		"timeout_s", "cpu_seconds", "memory_bytes", "fsize_bytes", "nofile", "max_output_bytes",
 	} {
 		m[k] = ast.StringTerm(k)
