@@ -57,7 +57,7 @@ func copyScope(in *wire.Scope) *wire.Scope {
 	if in.FSGrants != nil {
 		s.FSGrants = make([]wire.FSGrant, len(in.FSGrants))
 		for i, g := range in.FSGrants {
-			s.FSGrants[i] = wire.FSGrant{Path: jsonString(g.Path), Mode: jsonString(g.Mode), Alias: jsonString(g.Alias)}
+			s.FSGrants[i] = wire.FSGrant{Path: jsonString(g.Path), Mode: jsonString(g.Mode), Alias: jsonString(g.Alias), AllowAutorun: g.AllowAutorun}
 		}
 	}
 	return s

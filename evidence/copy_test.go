@@ -57,7 +57,7 @@ func TestCopyMatchesJSONRoundTrip(t *testing.T) {
 		}
 		if r.IntN(3) > 0 {
 			for range r.IntN(3) {
-				sc.FSGrants = append(sc.FSGrants, wire.FSGrant{Path: str(), Mode: str(), Alias: str()})
+				sc.FSGrants = append(sc.FSGrants, wire.FSGrant{Path: str(), Mode: str(), Alias: str(), AllowAutorun: r.IntN(2) == 0})
 			}
 		}
 		o := &wire.Outcome{Status: str(), OutputSHA256: str(), DurationMS: r.Int64N(1e6), Backend: str()}
