@@ -248,3 +248,25 @@ func TestSymlinkSwappedAfterEnforce(t *testing.T) {
 		})
 	}
 }
+
+// TestWithin compares whole segments.
+func TestWithin(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		p, dir string
+		want   bool
+	}{
+		{"/srv/work", "/srv/work", true},
+		{"/srv/work/a", "/srv/work", true},
+		{"/srv/workx", "/srv/work", false},
+		{"/srv/wor", "/srv/work", false},
+		{"/srv", "/srv/work", false},
+		{"/anything", "/", true},
+		{"/", "/", true},
+		{"/srv/work/", "/srv/work", true},
+	} {
+		if got := within(c.p, c.dir); got != c.want {
+			t.Errorf("within(%q, %q) = %v, want %v", c.p, c.dir, got, c.want)
+		}
+	}
+}

@@ -102,7 +102,10 @@ func (p *pathRef) resolveAbs() {
 // within reports whether p lies in dir, comparing whole segments. Both are
 // clean and absolute.
 func within(p, dir string) bool {
-	return dir == "/" || p == dir || strings.HasPrefix(p, dir+"/")
+	if dir == "/" || p == dir {
+		return true
+	}
+	return len(p) > len(dir) && p[len(dir)] == '/' && p[:len(dir)] == dir
 }
 
 // grant is one decision grant whose directory exists: its real path and
