@@ -741,3 +741,22 @@ func TestReadOnlyToolsHonourTheDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestRewriteDropsSetID: a file rewritten by the tools keeps its
+// permission bits but never setuid, setgid or sticky: the new content is
+// the agent's, and the gateway may run as root.
+func TestRewriteDropsSetID(t *testing.T) {
+	t.Parallel()
+	a := newAttackTree(t)
+	p := filepath.Join(a.work, "tool")
+	writeT(t, p, "#!/bin/sh\n")
+	must(t, os.Chmod(p, 0o755|os.ModeSetuid|os.ModeSetgid))
+	if code, out := a.call(context.Background(), NameWrite, `{"path":"@w/tool","content":"#!/bin/sh\nid\n"}`, a.decision); code != "" {
+		t.Fatalf("write: %q %s", code, out)
+	}
+	fi, err := os.Stat(p)
+	must(t, err)
+	if fi.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky) != 0 || fi.Mode().Perm() != 0o755 {
+		t.Errorf("mode after rewrite = %v, want -rwxr-xr-x", fi.Mode())
+	}
+}

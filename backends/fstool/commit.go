@@ -117,7 +117,7 @@ func openStage(t *target, o *opener, create, keepBefore bool, maxRead int64) (*s
 		s.close()
 		return nil, deniedByID(t.ref, w)
 	}
-	s.existed, s.perm = true, uint32(st.Mode)&0o7777
+	s.existed, s.perm = true, uint32(st.Mode)&0o777 // never setuid, setgid or sticky: the content is the agent's
 	fd, err := openComponent(s.dir, s.base, flagsFile, 0)
 	if err != nil {
 		s.close()
