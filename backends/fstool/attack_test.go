@@ -760,3 +760,64 @@ func TestRewriteDropsSetID(t *testing.T) {
 		t.Errorf("mode after rewrite = %v, want -rwxr-xr-x", fi.Mode())
 	}
 }
+
+// blockedOp is a read-only operation stuck in the kernel (a hung network
+// mount): it returns only when released.
+type blockedOp struct{ release chan struct{} }
+
+func (blockedOp) paths() []*pathRef { return nil }
+func (b blockedOp) run(ctx context.Context, c *call) (any, error) {
+	<-b.release
+	return "late", nil
+}
+
+// TestStuckReadIsAbandoned: a read-only call whose file system never
+// answers ends with timeout at its deadline, or at once when the gateway
+// stops, and is never waited on; its descriptors are closed once it
+// returns.
+func TestStuckReadIsAbandoned(t *testing.T) {
+	t.Parallel()
+	stop := make(chan struct{})
+	var rd *tool
+	for _, tl := range Tools(Options{Stop: stop}) {
+		if tl.Name() == NameRead {
+			rd = tl.(*tool)
+		}
+	}
+	stuck := func(limit time.Duration) (*call, blockedOp) {
+		b := blockedOp{release: make(chan struct{})}
+		return &call{tool: rd, op: b, enforced: true, fds: &fdSet{}, limits: effectiveLimits{readTime: limit}}, b
+	}
+
+	c, b := stuck(300 * time.Millisecond)
+	t0 := time.Now()
+	res := c.Run(context.Background(), wire.Scope{})
+	if res.Output.Error == nil || res.Output.Error.Code != wire.CodeTimeout || res.Status != wire.StatusTimedOut {
+		t.Errorf("stuck read at its deadline: %+v", res.Output)
+	}
+	if el := time.Since(t0); el > 5*time.Second {
+		t.Errorf("the deadline was waited out for %s", el)
+	}
+	close(b.release)
+
+	c, b = stuck(time.Hour)
+	defer close(b.release)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res = c.Run(context.Background(), wire.Scope{})
+	}()
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	select {
+	case <-done:
+		if res.Output.Error == nil || res.Output.Error.Code != wire.CodeTimeout || !strings.Contains(res.Output.Error.Message, "shutting down") {
+			t.Errorf("stuck read at shutdown: %+v", res.Output)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stuck read held the shutdown")
+	}
+	if c.fds.closedAlready() {
+		t.Error("descriptors closed while the abandoned read may still use them")
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"slices"
@@ -96,10 +97,16 @@ type Options struct {
 	Logger *slog.Logger
 	// Search bounds fs.search beyond what the policy's limits say.
 	Search SearchBounds
+	// Stop, when closed, ends every read-only call in flight at once with
+	// timeout (serve closes it on SIGTERM): they change nothing, so a
+	// shutdown never waits on a file system that does not answer. Nil:
+	// never.
+	Stop <-chan struct{}
 }
 
 // shared is what the five tools have in common.
 type shared struct {
+	stop    <-chan struct{}
 	log     *slog.Logger
 	search  SearchBounds
 	locks   *pathLocks
@@ -111,7 +118,7 @@ type shared struct {
 // They share one write lock table so that ifMatchSha256 preconditions hold
 // between concurrent calls through this gateway.
 func Tools(opts Options) []backends.Tool {
-	s := &shared{log: opts.Logger, search: opts.Search.withDefaults(), locks: newPathLocks(), secrets: newHomeSecrets(), cache: newResolveCache()}
+	s := &shared{stop: opts.Stop, log: opts.Logger, search: opts.Search.withDefaults(), locks: newPathLocks(), secrets: newHomeSecrets(), cache: newResolveCache()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -425,17 +432,21 @@ func (c *call) runBounded(ctx context.Context) (any, error) {
 		data, err := c.op.run(ctx, c)
 		done <- result{data, err}
 	}()
+	var why string
 	select {
 	case r := <-done:
 		return r.data, r.err
 	case <-ctx.Done():
-		select {
-		case r := <-done: // finished meanwhile
-			return r.data, r.err
-		default:
-		}
-		return nil, wire.Errorf(wire.CodeTimeout, "%s did not finish within %s (limits.timeout_s), or the call was cancelled: %v", c.tool.name, limit, context.Cause(ctx))
+		why = fmt.Sprintf("did not finish within %s (limits.timeout_s), or the call was cancelled: %v", limit, context.Cause(ctx))
+	case <-c.tool.s.stop:
+		why = "was abandoned: the gateway is shutting down"
 	}
+	select {
+	case r := <-done: // finished meanwhile
+		return r.data, r.err
+	default:
+	}
+	return nil, wire.Errorf(wire.CodeTimeout, "%s %s", c.tool.name, why)
 }
 
 // pathLocks serialize writers of one real path inside this gateway, so a
