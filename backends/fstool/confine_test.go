@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/portcullis/portcullis/wire"
 )
@@ -268,5 +269,30 @@ func TestWithin(t *testing.T) {
 		if got := within(c.p, c.dir); got != c.want {
 			t.Errorf("within(%q, %q) = %v, want %v", c.p, c.dir, got, c.want)
 		}
+	}
+}
+
+// TestGrantCacheStale: a grant's directory replaced by another within the
+// resolution cache's lifetime is resolved afresh: the call works on the
+// directory now at the grant's path, never on the old one by a stale
+// identity, and a grant swapped for a symlink is refused.
+func TestGrantCacheStale(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	frozen := time.Now()
+	f.tools[NameRead].(*tool).s.cache.now = func() time.Time { return frozen } // the cache never expires here
+	var rd ReadData
+	f.do(t, NameRead, map[string]any{"path": "@w/a.txt"}).decode(t, &rd) // cached now
+	must(t, os.Rename(f.work, f.work+".old"))
+	must(t, os.Mkdir(f.work, 0o755))
+	writeT(t, filepath.Join(f.work, "a.txt"), "new\n")
+	f.do(t, NameRead, map[string]any{"path": "@w/a.txt"}).decode(t, &rd)
+	if *rd.Content != "new\n" {
+		t.Errorf("read after the grant directory was replaced: %q", *rd.Content)
+	}
+	must(t, os.Rename(f.work, f.work+".new"))
+	must(t, os.Symlink(f.outside, f.work))
+	if o := f.do(t, NameRead, map[string]any{"path": "@w/secret.txt"}); o.code != string(wire.CodeSandboxViolation) {
+		t.Errorf("read after the grant was swapped for a symlink within the cache's lifetime: %q, want sandbox_violation", o.code)
 	}
 }

@@ -3,6 +3,7 @@ package fstool
 import (
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -59,38 +60,45 @@ func (o *opener) checkDir(t *target, st *unix.Stat_t) error {
 }
 
 // openGrantRoot opens g's directory by its real path with no symlink
-// followed and checks its identity. A stale cached resolution is resolved
-// once more before the grant is refused.
+// followed and checks its identity. A cached resolution that turned out
+// stale is resolved afresh once; if the grant now resolves elsewhere, or
+// its directory is still not the one resolved, the call is refused.
 func (o *opener) openGrantRoot(g *grant) (int, error) {
-	for attempt := 0; ; attempt++ {
-		fd, err := openAbs(g.real, flagsDir)
-		var st unix.Stat_t
-		if err == nil {
-			err = fstat(fd, &st)
-			if err == nil && (fileType(&st) != unix.S_IFDIR || identOf(&st) != g.id) {
-				err = errors.New("changed")
-			}
-			if err != nil {
-				closeFD(fd)
-			}
-		}
-		if err == nil {
-			return fd, nil
-		}
-		if attempt > 0 || o.cache == nil {
-			return -1, &wire.Error{Code: wire.CodeSandboxViolation,
-				Message: fmt.Sprintf("the granted directory %s changed after it was checked (replaced, or swapped for a symlink)", g.real),
-				Details: map[string]any{"grant": g.real}}
-		}
-		o.cache.forget(g.real)
-		o.cache.forget(g.Path)
-		r := o.cache.get(g.Path, true)
-		if !r.exists || r.real != g.real {
-			attempt++ // resolves elsewhere now: refuse rather than switch
-			continue
-		}
-		g.id = identOf(&r.st)
+	fd, err := openRootChecked(g)
+	if err == nil {
+		return fd, nil
 	}
+	if o.cache != nil {
+		o.cache.forget(path.Clean(g.Path))
+		if r := o.cache.get(path.Clean(g.Path), true); r.exists && r.real == g.real && fileType(&r.st) == unix.S_IFDIR {
+			g.id = identOf(&r.st)
+			if fd, err = openRootChecked(g); err == nil {
+				return fd, nil
+			}
+		}
+	}
+	return -1, &wire.Error{Code: wire.CodeSandboxViolation,
+		Message: fmt.Sprintf("the granted directory %s changed after it was checked (replaced, or swapped for a symlink)", g.real),
+		Details: map[string]any{"grant": g.real}}
+}
+
+// openRootChecked opens g.real (no symlink followed) and checks that it is
+// the directory g.id names.
+func openRootChecked(g *grant) (int, error) {
+	fd, err := openAbs(g.real, flagsDir)
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		closeFD(fd)
+		return -1, err
+	}
+	if fileType(&st) != unix.S_IFDIR || identOf(&st) != g.id {
+		closeFD(fd)
+		return -1, errors.New("not the directory resolved")
+	}
+	return fd, nil
 }
 
 // walk opens the directories comps below dir, one component at a time,
