@@ -39,6 +39,15 @@ type Call interface {
 	Run(ctx context.Context, scope wire.Scope) Result
 }
 
+// Releaser is implemented by calls whose Enforce holds resources for Run:
+// the file tools keep the descriptors they checked, so that Run touches
+// exactly what was checked. The pipeline calls Release for a call that
+// enforced successfully but will not run (a dry run, a decision that could
+// not be recorded); Run releases them itself.
+type Releaser interface {
+	Release()
+}
+
 // Result is a finished call: what the caller gets and what evidence records.
 type Result struct {
 	Output       wire.ToolOutput

@@ -65,6 +65,9 @@ func (s *Server) dryRun(c echo.Context) error {
 		resp.Error = toWireError(err)
 		return c.JSON(http.StatusOK, resp)
 	}
+	if r, ok := call.(backends.Releaser); ok {
+		r.Release() // a dry run never runs
+	}
 	resp.Scope = &scope
 	return c.JSON(http.StatusOK, resp)
 }

@@ -142,6 +142,9 @@ func (s *Server) governedCall(ctx context.Context, p wire.Principal, body []byte
 	if _, err := step(ctx, s, "record_decision", func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, s.appendEvents(ctx, s.decisionEvent(rec, wire.DecisionAllow, ""))
 	}); err != nil {
+		if r, ok := call.(backends.Releaser); ok {
+			r.Release()
+		}
 		s.metrics.evidenceFailures.Inc()
 		s.log.ErrorContext(ctx, "decision event not durable; refusing to dispatch", "err", err, "tool", tool.Name())
 		// The commit's result may be unknown (lost with its connection):

@@ -282,6 +282,36 @@ func TestFSDenyReachesTheDecision(t *testing.T) {
 	}
 }
 
+// TestAllowAutorunReachesTheDecision: a grant's allow_autorun: true lifts
+// the file tools' autorun guard only for that grant, on the fast and the
+// general path alike; anything but a boolean drops the grant (fail closed).
+func TestAllowAutorunReachesTheDecision(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, body string
+		want       []wire.FSGrant
+	}{
+		{"fast path", `decision := {"allow": true, "fs_grants": [{"path": "/srv/dots", "mode": "rw", "allow_autorun": true}, {"path": "/srv/w", "mode": "rw"}]}`,
+			[]wire.FSGrant{{Path: "/srv/dots", Mode: "rw", AllowAutorun: true}, {Path: "/srv/w", Mode: "rw"}}},
+		{"general path", `decision := {"allow": true, "fs_deny": ["/x"], "fs_grants": [{"path": "/srv/dots", "mode": "rw", "allow_autorun": true}, {"path": "/srv/w", "mode": "rw", "allow_autorun": false}]}`,
+			[]wire.FSGrant{{Path: "/srv/dots", Mode: "rw", AllowAutorun: true}, {Path: "/srv/w", Mode: "rw"}}},
+		{"not a boolean drops the grant", `decision := {"allow": true, "fs_grants": [{"path": "/srv/dots", "mode": "rw", "allow_autorun": "true"}, {"path": "/srv/w", "mode": "r"}]}`,
+			[]wire.FSGrant{{Path: "/srv/w", Mode: "r"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := loaded(t, policyFS(c.body))
+			got, err := e.Decide(context.Background(), execInput("/usr/bin/echo", "hi"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.Allow || !slices.Equal(got.FSGrants, c.want) {
+				t.Errorf("fs_grants = %+v, want %+v", got.FSGrants, c.want)
+			}
+		})
+	}
+}
+
 func withRuleIDs(d wire.Decision, ids ...string) wire.Decision {
 	d.RuleIDs = ids
 	return d

@@ -97,6 +97,8 @@ func TestDecisionFromASTAgreesWithParseDecision(t *testing.T) {
 		`{"allow": true, "exec": {"insert": [{"at": 1, "args": [""]}]}}`,
 		`{"allow": true, "exec": {"exec_allow": ["/usr"]}}`,
 		`{"allow": true, "exec": []}`,
+		`{"allow": true, "fs_grants": [{"path": "/srv/dots", "mode": "rw", "alias": "@dots", "allow_autorun": true}, {"path": "/srv/w", "mode": "rw", "allow_autorun": false}]}`,
+		`{"allow": true, "fs_grants": [{"path": "/srv/dots", "mode": "rw", "allow_autorun": "yes"}, {"path": "/srv/w", "mode": "r"}]}`,
 	} {
 		v := ast.MustParseTerm(src).Value
 		x, err := ast.JSON(v)

@@ -59,7 +59,7 @@ var keyTerms = func() map[string]*ast.Term {
 		"session_id", "call_id", "time",
 		// decision
 		"allow", "reasons", "fs_deny", "rule_ids", "fs_grants", "network", "env", "limits", "exec",
-		"path", "mode", "alias", "posture", "pass", "set", "at", "args", "index", "value",
+		"path", "mode", "alias", "allow_autorun", "posture", "pass", "set", "at", "args", "index", "value",
 		"timeout_s", "cpu_seconds", "memory_bytes", "fsize_bytes", "nofile", "max_output_bytes",
 	} {
 		m[k] = ast.StringTerm(k)

@@ -79,8 +79,8 @@ func hideBwrap(t *testing.T) []string {
 		`mount --bind /dev/null /usr/bin/bwrap && exec "$0" "$@"`}
 }
 
-// execIn is an Exec call of argv with a short timeout.
-func execIn(argv ...string) map[string]any {
+// secExec is an Exec call of argv with a short timeout.
+func secExec(argv ...string) map[string]any {
 	return map[string]any{"tool": "Exec", "input": map[string]any{"argv": argv, "timeout_s": 10}}
 }
 
@@ -108,7 +108,7 @@ func TestSecProcessBackendAttacker(t *testing.T) {
 	key := d.keys[agentFull]
 
 	// Something in the evidence store and a checkpoint on disk first.
-	if res := g.call(t, key, execIn("/usr/bin/true")); res.status != http.StatusOK {
+	if res := g.call(t, key, secExec("/usr/bin/true")); res.status != http.StatusOK {
 		t.Fatalf("warm-up call: %s", res.response)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -142,7 +142,7 @@ func TestSecProcessBackendAttacker(t *testing.T) {
 		{"ptrace the gateway", []string{"/usr/bin/cat", "/proc/" + pid + "/syscall"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := g.call(t, key, execIn(tc.argv...))
+			res := g.call(t, key, secExec(tc.argv...))
 			if res.status != http.StatusOK {
 				t.Fatalf("the attack did not run at all (want it to run and fail): %s", res.response)
 			}
@@ -159,12 +159,12 @@ func TestSecProcessBackendAttacker(t *testing.T) {
 	}
 	// Controls: the program runs, as the unprivileged user, and can work in
 	// its grant; the gateway is still up.
-	res := g.call(t, key, execIn("/usr/bin/id", "-u"))
+	res := g.call(t, key, secExec("/usr/bin/id", "-u"))
 	if x := res.exec(t); strings.TrimSpace(x.Stdout) != "65534" {
 		t.Errorf("id -u = %q, want 65534 (sandbox.run_as default)", x.Stdout)
 	}
 	marker := filepath.Join(d.scratch, "written-by-agent")
-	if x := g.call(t, key, execIn("/usr/bin/touch", marker)).exec(t); x.ExitCode == nil || *x.ExitCode != 0 {
+	if x := g.call(t, key, secExec("/usr/bin/touch", marker)).exec(t); x.ExitCode == nil || *x.ExitCode != 0 {
 		t.Errorf("touch in the rw grant failed: %q", x.Stderr)
 	}
 	if _, err := os.Stat(marker); err != nil {
@@ -224,7 +224,7 @@ func TestSecProcessBackendSameUser(t *testing.T) {
 	if err != nil || !strings.Contains(string(status), "Uid:\t65534") {
 		t.Fatalf("the gateway does not run as 65534: %v\n%s", err, status)
 	}
-	x := g.call(t, key, execIn("/usr/bin/id", "-u")).exec(t)
+	x := g.call(t, key, secExec("/usr/bin/id", "-u")).exec(t)
 	if strings.TrimSpace(x.Stdout) != "65534" {
 		t.Fatalf("program runs as %q, want the gateway's own user 65534", x.Stdout)
 	}
@@ -233,7 +233,7 @@ func TestSecProcessBackendSameUser(t *testing.T) {
 		{"/usr/bin/dd", "if=/proc/" + pid + "/mem", "bs=4096", "count=1", "skip=1024"},
 		{"/usr/bin/ls", "/proc/" + pid + "/fd/"},
 	} {
-		x := g.call(t, key, execIn(argv...)).exec(t)
+		x := g.call(t, key, secExec(argv...)).exec(t)
 		if x.ExitCode == nil || *x.ExitCode == 0 {
 			t.Errorf("%v by a program of the gateway's own user succeeded: %q", argv, tail(x.Stdout, 300))
 		}
@@ -266,7 +266,7 @@ func TestSecAutoRefusesWithoutSandbox(t *testing.T) {
 		onStdoutLine: func(l string) { banner.Write([]byte(l + "\n")) }})
 	key := d.keys[agentFull]
 	marker := filepath.Join(d.scratch, "must-not-exist")
-	calls := []map[string]any{execIn("/usr/bin/touch", marker)}
+	calls := []map[string]any{secExec("/usr/bin/touch", marker)}
 	if os.Getenv("PORTCULLIS_DENO") != "" { // without Deno, code.run is backend_unavailable before any sandbox
 		calls = append(calls, map[string]any{"tool": "code.run", "input": map[string]any{"code": "console.log(1)"}})
 	} else {
@@ -320,7 +320,7 @@ func TestSecAutoRefusesWithoutSandbox(t *testing.T) {
 		}
 		writeFile(t, d.configPath, []byte(strings.Replace(string(cfg), "  require: true\n", "  require: false\n", 1)))
 		g := startProcess(t, d, startOptions{wrap: wrap})
-		res := g.call(t, d.keys[agentFull], execIn("/usr/bin/true"))
+		res := g.call(t, d.keys[agentFull], secExec("/usr/bin/true"))
 		if res.status != http.StatusServiceUnavailable || res.errCode() != "sandbox_unavailable" {
 			t.Fatalf("got %s, want 503 sandbox_unavailable", res.response)
 		}
@@ -509,7 +509,7 @@ func TestSecPrivateFiles(t *testing.T) {
 	}
 	g := d.start(t)
 	for i := 0; i < 3; i++ {
-		if res := g.call(t, d.keys[agentFull], execIn("/usr/bin/true")); res.status != http.StatusOK {
+		if res := g.call(t, d.keys[agentFull], secExec("/usr/bin/true")); res.status != http.StatusOK {
 			t.Fatal(res.response)
 		}
 	}
@@ -587,7 +587,7 @@ func TestSecBundleServiceDownAtStart(t *testing.T) {
 	if r := g.do(t, http.MethodGet, "/readyz", "", nil); r.status != http.StatusServiceUnavailable {
 		t.Errorf("/readyz with no policy: %s, want 503", r)
 	}
-	res := g.call(t, d.keys[agentFull], execIn("/usr/bin/true"))
+	res := g.call(t, d.keys[agentFull], secExec("/usr/bin/true"))
 	if res.status != http.StatusServiceUnavailable || res.errCode() != "backend_unavailable" || res.ReceiptID == "" {
 		t.Fatalf("call with no policy: %s, want 503 backend_unavailable with a receipt", res.response)
 	}
@@ -618,7 +618,7 @@ func TestSecBundleServiceDownAtStart(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	res = g.call(t, d.keys[agentFull], execIn("/usr/bin/true"))
+	res = g.call(t, d.keys[agentFull], secExec("/usr/bin/true"))
 	if res.status != http.StatusOK || res.Decision == nil || !strings.Contains(res.Decision.PolicyRevision, "svc-1") {
 		t.Errorf("call after activation: %s, want 200 decided by svc-1", res.response)
 	}

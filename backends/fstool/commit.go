@@ -8,10 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"path"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/portcullis/portcullis/wire"
 )
@@ -21,16 +19,18 @@ import (
 const tempPrefix = ".portcullis-"
 
 // stage is one file change, prepared in the file's own directory so that
-// the final step is a rename (or link) within that directory.
+// the final step is a rename (or link) within that directory, by
+// descriptor: the directory Enforce opened and checked (or created below
+// it here, each level checked the same way).
 type stage struct {
-	t    target
-	root *os.Root // the grant
-	dir  *os.Root // the file's parent directory, pinned by descriptor
-	base string   // the file's name in dir
+	t      *target
+	dir    int  // the file's parent directory
+	ownDir bool // dir was opened here; else the call's fdSet owns it
+	base   string
 
 	// What is there now, read under the write lock.
 	existed bool
-	perm    fs.FileMode
+	perm    uint32
 	before  []byte // current content (nil when !existed)
 	sumPrev string // SHA-256 of before
 
@@ -43,73 +43,100 @@ type stage struct {
 	keep    bool   // the backup could not be restored: never remove it
 }
 
-// openStage pins the parent directory of t (creating it inside the grant
-// if create is set) and hashes what the file holds now, keeping the bytes
-// only when keepBefore is set (a patch needs them; a write does not). The caller must hold
-// the write lock for t.real and call close.
-func openStage(t target, create, keepBefore bool, maxRead int64) (*stage, error) {
-	s := &stage{t: t}
-	if t.rel == "." {
-		return nil, &wire.Error{Code: wire.CodeInvalidInput,
-			Message: fmt.Sprintf("%s %q is a granted directory itself; name a file inside it", t.ref.field, t.ref.raw),
-			Details: map[string]any{"field": t.ref.field, "path": t.ref.raw}}
+// openStage takes the parent directory of t that Enforce pinned, creates
+// the missing directories below it when create is set (mkdirat, then
+// opened without following and checked like every other level), and
+// hashes what the file holds now, keeping the bytes only when keepBefore
+// is set (a patch needs them; a write does not). The caller must hold the
+// write lock for t.real and call close.
+func openStage(t *target, o *opener, create, keepBefore bool, maxRead int64) (*stage, error) {
+	if t.later != nil {
+		return nil, t.later
 	}
-	root, err := openRoot(t.grant)
-	if err != nil {
-		return nil, err
-	}
-	s.root = root
-	dirRel, base := path.Split(t.rel)
-	dirRel = path.Clean("./" + dirRel)
-	s.base = base
-	if create && dirRel != "." {
-		if err := root.MkdirAll(dirRel, 0o755); err != nil {
-			s.close()
-			return nil, fsError(t, "creating the parent directories", err)
+	s := &stage{t: t, dir: t.fd, base: t.base}
+	if len(t.missing) > 0 {
+		if !create {
+			return nil, fsError(t, "opening", unix.ENOENT)
+		}
+		for i, c := range t.missing {
+			if err := retryEINTR(func() error { return unix.Mkdirat(s.dir, c, 0o755) }); err != nil && !errors.Is(err, unix.EEXIST) {
+				s.close()
+				return nil, fsError(t, "creating the parent directories", err)
+			}
+			flags := flagsSearch
+			if i == len(t.missing)-1 {
+				flags = flagsDir
+			}
+			next, err := openComponent(s.dir, c, flags, 0)
+			if err != nil {
+				err = classifyOpenError(t, s.dir, c, err)
+				s.close()
+				return nil, fsError(t, "opening the parent directories", err)
+			}
+			var st unix.Stat_t
+			if err := fstat(next, &st); err != nil || fileType(&st) != unix.S_IFDIR {
+				closeFD(next)
+				s.close()
+				return nil, symlinkViolation(t) // a link or a file swapped in after mkdir
+			}
+			if err := o.checkDir(t, &st); err != nil {
+				closeFD(next)
+				s.close()
+				return nil, err
+			}
+			if s.ownDir {
+				closeFD(s.dir)
+			}
+			s.dir, s.ownDir = next, true
 		}
 	}
-	if s.dir, err = root.OpenRoot(dirRel); err != nil {
-		s.close()
-		return nil, fsError(t, "opening the parent directory", err)
-	}
-	fi, err := s.dir.Lstat(base)
+	var st unix.Stat_t
+	err := statAt(s.dir, s.base, &st)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, unix.ENOENT):
 		s.perm = 0o644
 		return s, nil
 	case err != nil:
 		s.close()
 		return nil, fsError(t, "checking", err)
-	case fi.Mode()&fs.ModeSymlink != 0:
+	case fileType(&st) == unix.S_IFLNK:
 		s.close()
-		return nil, &wire.Error{Code: wire.CodeSandboxViolation,
-			Message: fmt.Sprintf("%s %q became a symlink after it was checked; refused", t.ref.field, t.ref.raw),
-			Details: map[string]any{"field": t.ref.field, "path": t.ref.raw}}
-	case !fi.Mode().IsRegular():
+		return nil, symlinkViolation(t)
+	case fileType(&st) != unix.S_IFREG:
 		s.close()
 		return nil, &wire.Error{Code: wire.CodeInvalidInput,
-			Message: fmt.Sprintf("%s %q is not a regular file (a directory or special file); only regular files can be written", t.ref.field, t.ref.raw),
-			Details: map[string]any{"field": t.ref.field, "path": t.ref.raw}}
-	case fi.Size() > maxRead:
+			Message: fmt.Sprintf("%s %q is a %s, not a regular file; only regular files can be written", t.ref.field, t.ref.raw, typeName(fileType(&st))),
+			Details: map[string]any{"field": t.ref.field, "path": t.ref.raw, "type": typeName(fileType(&st))}}
+	case st.Size > maxRead:
 		s.close()
 		return nil, &wire.Error{Code: wire.CodeWriteLimit,
-			Message: fmt.Sprintf("%s %q is %d bytes; files over %d bytes cannot be changed under this policy (limits.fsize_bytes)", t.ref.field, t.ref.raw, fi.Size(), maxRead),
+			Message: fmt.Sprintf("%s %q is %d bytes; files over %d bytes cannot be changed under this policy (limits.fsize_bytes)", t.ref.field, t.ref.raw, st.Size, maxRead),
 			Details: map[string]any{"field": t.ref.field, "path": t.ref.raw, "limit": maxRead}}
 	}
-	s.existed, s.perm = true, fi.Mode().Perm()
-	f, err := s.dir.OpenFile(base, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if w, ok := o.deny.byID(&st); ok {
+		s.close()
+		return nil, deniedByID(t.ref, w)
+	}
+	s.existed, s.perm = true, uint32(st.Mode)&0o777 // never setuid, setgid or sticky: the content is the agent's
+	fd, err := openComponent(s.dir, s.base, flagsFile, 0)
 	if err != nil {
 		s.close()
-		return nil, fsError(t, "reading", err)
+		return nil, fsError(t, "reading", classifyOpenError(t, s.dir, s.base, err))
 	}
-	defer f.Close()
+	defer closeFD(fd)
+	var now unix.Stat_t
+	if err := fstat(fd, &now); err != nil || fileType(&now) != unix.S_IFREG || identOf(&now) != identOf(&st) {
+		s.close()
+		return nil, changedViolation(t)
+	}
 	h := sha256.New()
 	var w io.Writer = h
 	var buf bytes.Buffer
 	if keepBefore {
+		buf.Grow(int(now.Size))
 		w = io.MultiWriter(h, &buf)
 	}
-	n, err := io.Copy(w, io.LimitReader(f, maxRead+1))
+	n, err := io.Copy(w, io.LimitReader(fdReader{fd}, maxRead+1))
 	if err != nil {
 		s.close()
 		return nil, fsError(t, "reading", err)
@@ -151,7 +178,8 @@ func (s *stage) checkMatch(field string, want *string) error {
 }
 
 // writeTemp writes the new content to a fresh temporary file next to the
-// target, with the target's mode, flushed to disk.
+// target (O_CREAT|O_EXCL|O_NOFOLLOW in the pinned directory), with the
+// target's mode, flushed to disk.
 func (s *stage) writeTemp() error {
 	if s.remove {
 		return nil
@@ -160,19 +188,19 @@ func (s *stage) writeTemp() error {
 	if err != nil {
 		return err
 	}
-	f, err := s.dir.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	fd, err := openComponent(s.dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err != nil {
 		return fsError(s.t, "creating a temporary file", err)
 	}
 	s.tmp = name
-	_, err = f.Write(s.content)
+	err = writeAll(fd, s.content)
 	if err == nil {
-		err = f.Chmod(s.perm) // fchmod: on the descriptor, immune to renames
+		err = retryEINTR(func() error { return unix.Fchmod(fd, s.perm) }) // on the descriptor, immune to renames
 	}
 	if err == nil {
-		err = f.Sync()
+		err = retryEINTR(func() error { return unix.Fsync(fd) })
 	}
-	if cerr := f.Close(); err == nil {
+	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
 	if err != nil {
@@ -182,20 +210,21 @@ func (s *stage) writeTemp() error {
 }
 
 // apply makes the change visible: a rename over the old file, a link for a
-// new one (which fails if someone created it meanwhile), or a removal.
+// new one (which fails if someone created it meanwhile), or a removal, all
+// within the pinned directory.
 func (s *stage) apply() error {
 	var err error
 	switch {
 	case s.remove:
-		err = s.dir.Remove(s.base)
+		err = unix.Unlinkat(s.dir, s.base, 0)
 	case s.existed:
-		err = s.dir.Rename(s.tmp, s.base)
+		err = unix.Renameat(s.dir, s.tmp, s.dir, s.base)
 		if err == nil {
 			s.tmp = ""
 		}
 	default:
-		err = s.dir.Link(s.tmp, s.base)
-		if errors.Is(err, fs.ErrExist) {
+		err = unix.Linkat(s.dir, s.tmp, s.dir, s.base, 0)
+		if errors.Is(err, unix.EEXIST) {
 			return &wire.Error{Code: wire.CodePreconditionFailed,
 				Message: fmt.Sprintf("%s %q was created by someone else meanwhile; read it and retry", s.t.ref.field, s.t.ref.raw),
 				Details: map[string]any{"field": s.t.ref.field, "path": s.t.ref.raw}}
@@ -215,32 +244,32 @@ func (s *stage) undo() error {
 	}
 	switch {
 	case s.existed && s.backup != "":
-		return s.dir.Rename(s.backup, s.base)
+		return unix.Renameat(s.dir, s.backup, s.dir, s.base)
 	case !s.existed:
-		return s.dir.Remove(s.base)
+		return unix.Unlinkat(s.dir, s.base, 0)
 	}
 	return errors.New("no backup to restore from")
 }
 
-// close removes temporary and backup files and releases descriptors. It
-// never removes the target itself.
+// close removes temporary and backup files, makes the renames durable and
+// releases the directories it opened. It never removes the target itself.
 func (s *stage) close() {
-	if s.dir != nil {
-		if s.tmp != "" {
-			_ = s.dir.Remove(s.tmp)
-		}
-		if s.backup != "" && !s.keep {
-			_ = s.dir.Remove(s.backup)
-		}
-		if d, err := s.dir.Open("."); err == nil {
-			_ = d.Sync() // make the renames durable
-			d.Close()
-		}
-		s.dir.Close()
+	if s.dir < 0 {
+		return
 	}
-	if s.root != nil {
-		s.root.Close()
+	if s.tmp != "" {
+		_ = unix.Unlinkat(s.dir, s.tmp, 0)
 	}
+	if s.backup != "" && !s.keep {
+		_ = unix.Unlinkat(s.dir, s.backup, 0)
+	}
+	if s.done {
+		_ = unix.Fsync(s.dir)
+	}
+	if s.ownDir {
+		closeFD(s.dir)
+	}
+	s.dir = -1
 }
 
 // commit applies every stage or none: temporary files are all written
@@ -262,7 +291,7 @@ func commit(stages []*stage) error {
 			if err != nil {
 				return err
 			}
-			if err := s.dir.Link(s.base, name); err != nil {
+			if err := unix.Linkat(s.dir, s.base, s.dir, name, 0); err != nil {
 				return fsError(s.t, "linking a backup", err)
 			}
 			s.backup = name

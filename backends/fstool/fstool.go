@@ -2,13 +2,18 @@
 // and fs.apply_patch. Paths are absolute or @alias/rel; the policy's fs
 // grants say which directories a call may touch and how.
 //
-// Confinement is the kernel's job, not string prefixes': every file is
-// opened through an os.Root rooted at the grant's real directory, which
-// resolves each component with openat(O_NOFOLLOW) and refuses any symlink
-// leading out, so a link or a rename swapped in after the checks cannot
-// carry a call outside its grant. The string checks done before the policy
-// (Prepare) and against the grants (Enforce) only decide which error the
-// caller gets and what the policy sees.
+// Checking a path and opening it are one step. Enforce opens the grant's
+// directory, checks it is the directory resolved, and walks the path below
+// it one component at a time (openat2 with RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, or openat with O_NOFOLLOW
+// where openat2 is missing), never following a symlink; every directory it
+// opens is compared by identity with the denied paths and, for writes, the
+// read-only grants' roots. Run then works on the descriptors Enforce kept,
+// so a symlink swapped in, a directory renamed in or a file replaced after
+// the checks cannot change what is touched. Symlinks below a grant's
+// directory are never followed (sandbox_violation); symlinks above it, the
+// operator's (/home -> /data/home), are resolved once, before the policy,
+// which decides on the real path.
 package fstool
 
 import (
@@ -16,7 +21,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -49,7 +56,9 @@ const (
 //     fs.write / fs.apply_patch will write (default DefaultWriteBytes, else
 //     write_limit).
 //   - limits.timeout_s: wall-time budget of one fs.search (default
-//     DefaultSearchTime), after which it returns what it found, truncated.
+//     DefaultSearchTime), after which it returns what it found, truncated;
+//     and of one fs.read or fs.list (default DefaultReadTime), after which
+//     the call ends with timeout even if the file system never answers.
 const (
 	DefaultReadBytes     = 50 << 10
 	MaxReadBytes         = 4 << 20
@@ -57,6 +66,7 @@ const (
 	DefaultWriteBytes    = 100 << 10
 	MaxFileBytes         = 16 << 30
 	DefaultSearchTime    = 5 * time.Second
+	DefaultReadTime      = 30 * time.Second
 	MaxSearchTime        = 60 * time.Second
 )
 
@@ -87,30 +97,37 @@ type Options struct {
 	Logger *slog.Logger
 	// Search bounds fs.search beyond what the policy's limits say.
 	Search SearchBounds
+	// Stop, when closed, ends every read-only call in flight at once with
+	// timeout (serve closes it on SIGTERM): they change nothing, so a
+	// shutdown never waits on a file system that does not answer. Nil:
+	// never.
+	Stop <-chan struct{}
 }
 
 // shared is what the five tools have in common.
 type shared struct {
+	stop    <-chan struct{}
 	log     *slog.Logger
 	search  SearchBounds
 	locks   *pathLocks
 	secrets *homeSecrets
+	cache   *resolveCache // grants' and fs_deny's resolutions
 }
 
 // Tools returns fs.list, fs.read, fs.search, fs.write and fs.apply_patch.
 // They share one write lock table so that ifMatchSha256 preconditions hold
 // between concurrent calls through this gateway.
 func Tools(opts Options) []backends.Tool {
-	s := &shared{log: opts.Logger, search: opts.Search.withDefaults(), locks: newPathLocks(), secrets: newHomeSecrets()}
+	s := &shared{stop: opts.Stop, log: opts.Logger, search: opts.Search.withDefaults(), locks: newPathLocks(), secrets: newHomeSecrets(), cache: newResolveCache()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
 	return []backends.Tool{
-		&tool{s: s, name: NameList, desc: listDescription, schema: listSchema, prepare: prepareList},
-		&tool{s: s, name: NameRead, desc: readDescription, schema: readSchema, prepare: prepareRead},
-		&tool{s: s, name: NameSearch, desc: searchDescription, schema: searchSchema, prepare: prepareSearch},
-		&tool{s: s, name: NameWrite, desc: writeDescription, schema: writeSchema, prepare: prepareWrite, write: true},
-		&tool{s: s, name: NamePatch, desc: patchDescription, schema: patchSchema, prepare: preparePatch, write: true},
+		&tool{s: s, name: NameList, desc: listDescription, schema: listSchema, prepare: prepareList, want: wantDir},
+		&tool{s: s, name: NameRead, desc: readDescription, schema: readSchema, prepare: prepareRead, want: wantFile},
+		&tool{s: s, name: NameSearch, desc: searchDescription, schema: searchSchema, prepare: prepareSearch, want: wantFileOrDir},
+		&tool{s: s, name: NameWrite, desc: writeDescription, schema: writeSchema, prepare: prepareWrite, write: true, want: wantParent},
+		&tool{s: s, name: NamePatch, desc: patchDescription, schema: patchSchema, prepare: preparePatch, write: true, want: wantParent},
 	}
 }
 
@@ -138,6 +155,7 @@ type tool struct {
 	desc    string
 	schema  string
 	write   bool
+	want    kind // what Enforce opens at the end of each path
 	prepare func(obj strictjson.Object) (operation, error)
 }
 
@@ -185,6 +203,8 @@ type call struct {
 	targets  []target
 	limits   effectiveLimits
 	deny     denyList
+	fds      *fdSet  // the descriptors Enforce opened, for Run
+	open     *opener // what Run checks directories it creates against
 }
 
 var _ backends.Call = (*call)(nil)
@@ -226,13 +246,14 @@ type effectiveLimits struct {
 	readFileBytes int64
 	writeBytes    int64
 	searchTime    time.Duration
+	readTime      time.Duration
 }
 
 func limitsFrom(p wire.Limits) (effectiveLimits, error) {
 	if p.TimeoutS < 0 || p.FsizeBytes < 0 || p.MaxOutputBytes < 0 {
 		return effectiveLimits{}, wire.Errorf(wire.CodeInternal, "the policy returned a negative limit; limits must be zero (default) or positive")
 	}
-	l := effectiveLimits{readBytes: DefaultReadBytes, readFileBytes: DefaultReadFileBytes, writeBytes: DefaultWriteBytes, searchTime: DefaultSearchTime}
+	l := effectiveLimits{readBytes: DefaultReadBytes, readFileBytes: DefaultReadFileBytes, writeBytes: DefaultWriteBytes, searchTime: DefaultSearchTime, readTime: DefaultReadTime}
 	if p.MaxOutputBytes > 0 {
 		l.readBytes = min(p.MaxOutputBytes, MaxReadBytes)
 	}
@@ -242,32 +263,35 @@ func limitsFrom(p wire.Limits) (effectiveLimits, error) {
 	}
 	if p.TimeoutS > 0 {
 		l.searchTime = min(time.Duration(p.TimeoutS)*time.Second, MaxSearchTime)
+		l.readTime = l.searchTime
 	}
 	return l, nil
 }
 
 // Enforce maps every path to the grant it falls in (see enforcePath for the
-// error codes) and returns the scope: the grants the call touches, network
-// off, the limits applied.
+// error codes), opens it (open.go) and returns the scope: the grants the
+// call touches, network off, the limits applied. The descriptors it opens
+// are Run's; a call that will not run is Released (or collected).
 func (c *call) Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error) {
+	if c.enforced {
+		return wire.Scope{}, wire.Errorf(wire.CodeInternal, "%s was enforced twice", c.tool.name)
+	}
 	l, err := limitsFrom(d.Limits)
 	if err != nil {
 		return wire.Scope{}, err
 	}
-	grants := resolveGrants(d.FSGrants)
-	deny := newDenyList(d.FSDeny, c.tool.s.secrets.get())
+	sh := c.tool.s
+	grants := resolveGrants(d.FSGrants, sh.cache)
+	deny := newDenyList(d.FSDeny, sh.secrets.get(), sh.cache)
 	targets := make([]target, 0, len(c.op.paths()))
 	used := []wire.FSGrant{}
 	for _, p := range c.op.paths() {
-		t, err := enforcePath(p, grants, c.tool.write)
+		t, err := enforcePath(p, grants, &deny, c.tool.write)
 		if err != nil {
 			return wire.Scope{}, err
 		}
-		if err := deny.check(t); err != nil {
-			return wire.Scope{}, err
-		}
 		targets = append(targets, t)
-		g := wire.FSGrant{Path: t.grant.real, Mode: t.grant.Mode, Alias: t.grant.Alias}
+		g := wire.FSGrant{Path: t.grant.real, Mode: t.grant.Mode, Alias: t.grant.Alias, AllowAutorun: t.grant.AllowAutorun}
 		if !slices.Contains(used, g) {
 			used = append(used, g)
 		}
@@ -277,7 +301,27 @@ func (c *call) Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error)
 			return wire.Scope{}, err
 		}
 	}
-	c.targets, c.limits, c.enforced, c.deny = targets, l, true, deny
+	fds := &fdSet{}
+	o := &opener{deny: &deny, write: c.tool.write, fds: fds, cache: sh.cache}
+	if c.tool.write {
+		for _, g := range grants {
+			if g.Mode == wire.ModeRead {
+				o.ro = append(o.ro, watched{id: g.id, path: g.real, why: "a read-only grant"})
+			}
+		}
+	}
+	want := c.tool.want
+	for i := range targets {
+		if err := o.openTarget(&targets[i], want); err != nil {
+			fds.close()
+			return wire.Scope{}, err
+		}
+	}
+	// A call dropped after Enforce (a dry run, a decision that could not be
+	// recorded) without Release has its descriptors closed when collected.
+	runtime.AddCleanup(c, func(s *fdSet) { s.close() }, fds)
+	c.targets, c.limits, c.enforced, c.deny, c.fds, c.open = targets, l, true, deny, fds, o
+	o.deny = &c.deny
 	scope := wire.Scope{
 		FSGrants: used,
 		Network:  wire.Network{Posture: wire.PostureOff, Allow: []string{}},
@@ -292,10 +336,20 @@ func (c *call) Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error)
 	switch c.tool.name {
 	case NameRead:
 		scope.Limits.FsizeBytes = l.readFileBytes
+		scope.Limits.TimeoutS = int(l.readTime / time.Second)
+	case NameList:
+		scope.Limits.TimeoutS = int(l.readTime / time.Second)
 	case NameSearch:
 		scope.Limits.TimeoutS = int(l.searchTime / time.Second)
 	}
 	return scope, nil
+}
+
+// Release closes what Enforce opened, for a call that will not be Run.
+func (c *call) Release() {
+	if c.fds != nil {
+		c.fds.close()
+	}
 }
 
 // Run performs the operation. Every failure is a ToolOutput with a contract
@@ -305,10 +359,18 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 	start := time.Now()
 	var data any
 	var err error
-	if !c.enforced {
+	switch {
+	case !c.enforced:
 		err = wire.Errorf(wire.CodeInternal, "%s was run before its scope was enforced", c.tool.name)
-	} else {
+	case c.fds.closedAlready():
+		err = wire.Errorf(wire.CodeInternal, "%s was run twice, or after Release", c.tool.name)
+	case c.tool.write:
+		// Writes are not abandoned part way: the commit is all or nothing,
+		// and the answer must say whether it happened.
+		defer c.fds.close()
 		data, err = c.op.run(ctx, c)
+	default:
+		data, err = c.runBounded(ctx)
 	}
 	ms := time.Since(start).Milliseconds()
 	res := backends.Result{
@@ -326,8 +388,11 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 		}
 		res.Output.Error = we
 		res.Status = wire.StatusFailed
-		if we.Code == wire.CodeInternal {
+		switch we.Code {
+		case wire.CodeInternal:
 			res.Status = wire.StatusError
+		case wire.CodeTimeout:
+			res.Status = wire.StatusTimedOut
 		}
 		return res
 	}
@@ -343,6 +408,45 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) backends.Result {
 	res.Status = wire.StatusSucceeded
 	res.OutputSHA256 = hex.EncodeToString(sum[:])
 	return res
+}
+
+// runBounded runs a read-only operation within its deadline (limits
+// timeout_s, and the call's context): should the file system never answer
+// (a hung network mount), the call ends with timeout and the operation,
+// which changes nothing, finishes on its own and closes its descriptors.
+// The gateway, its handler and its shutdown never wait on it.
+func (c *call) runBounded(ctx context.Context) (any, error) {
+	limit := c.limits.readTime
+	if c.tool.name == NameSearch {
+		limit = c.limits.searchTime + time.Second // search stops itself at its budget
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	type result struct {
+		data any
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer cancel()
+		defer c.fds.close()
+		data, err := c.op.run(ctx, c)
+		done <- result{data, err}
+	}()
+	var why string
+	select {
+	case r := <-done:
+		return r.data, r.err
+	case <-ctx.Done():
+		why = fmt.Sprintf("did not finish within %s (limits.timeout_s), or the call was cancelled: %v", limit, context.Cause(ctx))
+	case <-c.tool.s.stop:
+		why = "was abandoned: the gateway is shutting down"
+	}
+	select {
+	case r := <-done: // finished meanwhile
+		return r.data, r.err
+	default:
+	}
+	return nil, wire.Errorf(wire.CodeTimeout, "%s %s", c.tool.name, why)
 }
 
 // pathLocks serialize writers of one real path inside this gateway, so a

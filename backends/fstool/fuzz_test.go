@@ -56,7 +56,7 @@ func FuzzEnforceAlias(f *testing.F) {
 		f.Add(s)
 	}
 	fx := newFixture(f)
-	grants := resolveGrants(fx.decision.FSGrants)
+	grants := resolveGrants(fx.decision.FSGrants, newResolveCache())
 	f.Fuzz(func(t *testing.T, s string) {
 		p, err := parsePath("path", s)
 		if err != nil {
@@ -65,7 +65,7 @@ func FuzzEnforceAlias(f *testing.F) {
 		if p.abs != "" {
 			p.resolveAbs()
 		}
-		tg, err := enforcePath(p, grants, false)
+		tg, err := enforcePath(p, grants, &denyList{}, false)
 		if err != nil {
 			return
 		}

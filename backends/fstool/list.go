@@ -2,23 +2,18 @@ package fstool
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"io/fs"
-	"path/filepath"
+	"path"
 	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/portcullis/portcullis/backends/internal/strictjson"
-	"github.com/portcullis/portcullis/wire"
 )
 
 const listDescription = "List the direct children of a directory inside the granted directories. path is absolute or @alias/rel. " +
 	"Returns entries sorted by name, each {name, type: file|dir, size}; hidden entries (names starting with '.'), " +
-	"symlinks and special files are skipped. At most maxEntries (default and max 200) are returned, with truncated set past that."
+	"secret-shaped names (private keys, credential stores), symlinks and special files are skipped. At most maxEntries (default and max 200) are returned, with truncated set past that."
 
 const listSchema = `{
   "type": "object",
@@ -72,61 +67,37 @@ type ListData struct {
 	Path      string      `json:"path"`
 	Entries   []ListEntry `json:"entries"`
 	Truncated bool        `json:"truncated"`
-	Total     int         `json:"total"` // listable entries seen (hidden, symlinks and special files excluded)
+	Total     int         `json:"total"` // listable entries seen (hidden, secret-shaped, symlinks and special files excluded)
 }
 
 func (op *listOp) run(ctx context.Context, c *call) (any, error) {
-	t := c.targets[0]
-	root, err := openRoot(t.grant)
-	if err != nil {
-		return nil, err
+	t := &c.targets[0]
+	if t.later != nil {
+		return nil, t.later
 	}
-	defer root.Close()
-	dir, err := root.Open(t.rel)
+	// t.fd is the directory Enforce opened and checked (open.go).
+	ents, scanCut, err := readDir(t.fd, maxNamesScanned)
 	if err != nil {
 		return nil, fsError(t, "listing", err)
 	}
-	defer dir.Close()
-	if fi, err := dir.Stat(); err != nil {
-		return nil, fsError(t, "listing", err)
-	} else if !fi.IsDir() {
-		return nil, &wire.Error{Code: wire.CodeInvalidInput,
-			Message: fmt.Sprintf("path %q is not a directory; use fs.read for files", t.ref.raw),
-			Details: map[string]any{"field": "path", "path": t.ref.raw}}
-	}
-	var names []string
-	scanCut := false
-	for {
-		ents, err := dir.ReadDir(1024)
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), ".") || e.Type()&(fs.ModeSymlink|fs.ModeNamedPipe|fs.ModeSocket|fs.ModeDevice|fs.ModeCharDevice) != 0 {
-				continue
-			}
-			if c.deny.hides(filepath.Join(t.real, e.Name()), filepath.Join(t.rel, e.Name())) {
-				continue
-			}
-			names = append(names, e.Name())
+	denied := c.deny.under(t.real)
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		switch {
+		case strings.HasPrefix(e.name, "."), secretRule(e.name) != "":
+			continue
+		case e.typ != unix.DT_UNKNOWN && e.typ != unix.DT_REG && e.typ != unix.DT_DIR:
+			continue // symlinks and special files
+		case len(denied) > 0 && hiddenBy(denied, path.Join(t.real, e.name)):
+			continue
 		}
-		if errors.Is(err, io.EOF) || len(ents) == 0 {
-			break
-		}
-		if err != nil {
-			return nil, fsError(t, "listing", err)
-		}
-		if len(names) >= maxNamesScanned {
-			scanCut = true
-			break
-		}
+		names = append(names, e.name)
 	}
 	slices.Sort(names)
 
 	// Types and sizes come from fstatat on the open directory with
-	// AT_SYMLINK_NOFOLLOW: relative to the directory the kernel already
-	// confined, never re-resolved by path.
-	raw, err := dir.SyscallConn()
-	if err != nil {
-		return nil, fsError(t, "listing", err)
-	}
+	// AT_SYMLINK_NOFOLLOW: relative to the directory Enforce checked,
+	// never re-resolved by path.
 	d := &ListData{Path: display(t, ""), Entries: []ListEntry{}, Truncated: scanCut}
 	for _, name := range names {
 		if ctx.Err() != nil {
@@ -134,17 +105,14 @@ func (op *listOp) run(ctx context.Context, c *call) (any, error) {
 			break
 		}
 		var st unix.Stat_t
-		var serr error
-		if cerr := raw.Control(func(fd uintptr) {
-			serr = unix.Fstatat(int(fd), name, &st, unix.AT_SYMLINK_NOFOLLOW)
-		}); cerr != nil {
-			serr = cerr
-		}
-		if serr != nil {
+		if statAt(t.fd, name, &st) != nil {
 			continue // vanished since it was listed
 		}
+		if _, ok := c.deny.byID(&st); ok {
+			continue
+		}
 		e := ListEntry{Name: name}
-		switch st.Mode & unix.S_IFMT {
+		switch fileType(&st) {
 		case unix.S_IFREG:
 			e.Type, e.Size = "file", st.Size
 		case unix.S_IFDIR:
@@ -160,4 +128,14 @@ func (op *listOp) run(ctx context.Context, c *call) (any, error) {
 		}
 	}
 	return d, nil
+}
+
+// hiddenBy reports whether real lies in one of the denied entries.
+func hiddenBy(denied []denyEntry, real string) bool {
+	for _, e := range denied {
+		if within(real, e.path) {
+			return true
+		}
+	}
+	return false
 }

@@ -253,9 +253,9 @@ func (op *patchOp) run(ctx context.Context, c *call) (any, error) {
 	}()
 	out := &PatchData{Files: []PatchFileResult{}}
 	for i, pf := range op.files {
-		t := c.targets[i]
+		t := &c.targets[i]
 		creating := pf.diff != nil && pf.diff.OldName == udiff.DevNull
-		s, err := openStage(t, creating, true, max(c.limits.writeBytes, c.limits.readFileBytes))
+		s, err := openStage(t, c.open, creating, true, max(c.limits.writeBytes, c.limits.readFileBytes))
 		if err != nil {
 			return nil, err
 		}

@@ -101,8 +101,9 @@ func TestCommitRollback(t *testing.T) {
 	must(t, err)
 	cl := c.(*call)
 	var stages []*stage
-	for i, tg := range cl.targets {
-		s, err := openStage(tg, i == 1, true, 1<<20)
+	defer cl.Release()
+	for i := range cl.targets {
+		s, err := openStage(&cl.targets[i], cl.open, i == 1, true, 1<<20)
 		must(t, err)
 		defer s.close()
 		stages = append(stages, s)

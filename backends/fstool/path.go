@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/portcullis/portcullis/backends/internal/strictjson"
 	"github.com/portcullis/portcullis/wire"
@@ -33,7 +32,8 @@ type pathRef struct {
 	// longest existing prefix resolved, the rest appended) and what exists
 	// there. For alias paths these are filled in by Enforce.
 	real       string
-	brokenLink bool // a component is a symlink that does not resolve
+	links      []string // the symlinks resolution went through (absolute paths)
+	brokenLink bool     // a component is a symlink that does not resolve
 	exists     bool
 	kind       string // "file", "dir" or "other" when exists
 	size       int64
@@ -84,74 +84,77 @@ func parsePath(field, s string) (*pathRef, error) {
 	return p, nil
 }
 
-// resolveAbs fills in the real path of an absolute path: the longest
-// existing prefix with its symlinks resolved, the missing rest appended. It
-// is a fact for the policy and a first check for Enforce; confinement itself
-// is done by the kernel at Run (os.Root), whatever changes in between.
+// resolveAbs fills in the real path of an absolute path (resolvePath) and
+// what exists there: facts for the policy, which decides on the real path.
+// Enforce then opens exactly that real path below its grant, without
+// following any symlink, and refuses the path if a symlink it went through
+// lies inside a grant (links inside grants are never followed).
 func (p *pathRef) resolveAbs() {
-	p.real, p.brokenLink = realPath(p.abs)
-	if fi, err := os.Lstat(p.real); err == nil {
+	r := resolvePath(p.abs)
+	p.real, p.links, p.brokenLink = r.real, r.links, r.broken
+	if r.exists {
 		p.exists = true
-		p.kind = kindOf(fi.Mode())
-		p.size = fi.Size()
-	}
-}
-
-// realPath resolves abs as far as it exists. broken is set when a component
-// exists as a symlink that does not resolve (dangling, looping, or pointing
-// through a non-directory): such a link could be made to point anywhere
-// later, so callers refuse it.
-func realPath(abs string) (real string, broken bool) {
-	p, rest := abs, ""
-	for {
-		r, err := filepath.EvalSymlinks(p)
-		if err == nil {
-			return filepath.Join(r, rest), broken
-		}
-		if fi, lerr := os.Lstat(p); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			broken = true
-		}
-		if p == "/" {
-			return abs, broken
-		}
-		rest = filepath.Join(filepath.Base(p), rest)
-		p = filepath.Dir(p)
+		p.kind = kindOfType(fileType(&r.st))
+		p.size = r.st.Size
 	}
 }
 
 // within reports whether p lies in dir, comparing whole segments. Both are
 // clean and absolute.
 func within(p, dir string) bool {
-	return dir == "/" || p == dir || strings.HasPrefix(p, dir+"/")
+	if dir == "/" || p == dir {
+		return true
+	}
+	return len(p) > len(dir) && p[len(dir)] == '/' && p[:len(dir)] == dir
 }
 
-// grant is one decision grant whose directory exists, with its real path and
-// the identity of that directory, so Run can tell if it was swapped.
+// grant is one decision grant whose directory exists: its real path and
+// the identity of that directory, which every open of it must find again.
 type grant struct {
 	wire.FSGrant        // Path as the policy gave it
 	real         string // real path of the directory
-	info         os.FileInfo
+	id           ident
+	links        []string // symlinks the grant's path went through
 }
 
 // resolveGrants keeps the grants that are usable: absolute, a known mode,
-// an existing directory. Anything else grants nothing (fail closed).
-func resolveGrants(in []wire.FSGrant) []grant {
+// an existing directory, and not reached through a symlink inside a
+// writable grant (the agent could repoint that link: a read-only grant at
+// /srv/work/vendor, a link in the rw grant /srv/work, would otherwise
+// grant whatever the agent points it at). Anything else grants nothing
+// (fail closed).
+func resolveGrants(in []wire.FSGrant, cache *resolveCache) []grant {
 	out := make([]grant, 0, len(in))
 	for _, g := range in {
-		if !filepath.IsAbs(g.Path) || (g.Mode != wire.ModeRead && g.Mode != wire.ModeReadWrite) {
+		if !path.IsAbs(g.Path) || (g.Mode != wire.ModeRead && g.Mode != wire.ModeReadWrite) {
 			continue
 		}
-		real, err := filepath.EvalSymlinks(g.Path)
-		if err != nil {
+		r := cache.get(path.Clean(g.Path), true)
+		if !r.exists || r.broken || fileType(&r.st) != unix.S_IFDIR {
 			continue
 		}
-		fi, err := os.Stat(real)
-		if err != nil || !fi.IsDir() {
-			continue
-		}
-		out = append(out, grant{FSGrant: g, real: filepath.Clean(real), info: fi})
+		out = append(out, grant{FSGrant: g, real: r.real, id: identOf(&r.st), links: r.links})
 	}
-	return out
+	kept := out[:0]
+	for i, g := range out {
+		if !linkInWritable(g.links, out, i) {
+			kept = append(kept, g)
+		}
+	}
+	return kept
+}
+
+// linkInWritable reports whether one of links lies inside a rw grant other
+// than grants[self].
+func linkInWritable(links []string, grants []grant, self int) bool {
+	for _, l := range links {
+		for j, o := range grants {
+			if j != self && o.Mode == wire.ModeReadWrite && within(l, o.real) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // mostSpecific returns the grant whose real path is the longest one holding
@@ -166,20 +169,43 @@ func mostSpecific(p string, grants []grant) (grant, bool) {
 	return best, found
 }
 
+// outermost returns the shortest grant path holding p: secret-shaped names
+// are looked for below it, so that a grant nested at a secret-shaped name
+// does not unmask it.
+func outermost(p string, grants []grant) string {
+	best := ""
+	for _, g := range grants {
+		if within(p, g.real) && (best == "" || len(g.real) < len(best)) {
+			best = g.real
+		}
+	}
+	return best
+}
+
 // target is a path held against the grants: the grant it falls in and the
-// path below that grant's directory, which is all Run ever opens.
+// path below that grant's directory, which is all that is ever opened;
+// and, once Enforce opened it, the descriptor Run works on.
 type target struct {
 	ref   *pathRef
 	grant grant
 	rel   string // relative to grant.real, "." for the grant itself
 	real  string // grant.real joined with rel
+
+	// Set by Enforce (open.go).
+	fd      int         // the pinned descriptor (-1: none): the file, the directory, or for writes the parent
+	st      unix.Stat_t // fstat of fd
+	base    string      // writes: the file's name in fd
+	missing []string    // writes: directories below fd still to create
+	later   error       // what Run reports instead (not_found, invalid_input, ...)
 }
 
-// enforcePath maps a path to its grant. Errors follow the contract:
-// unknown alias, a symlink leading out, or a broken symlink is
-// sandbox_violation; a plain path outside every grant is fs_denied; a write
-// under a read-only grant is fs_denied.
-func enforcePath(p *pathRef, grants []grant, write bool) (target, error) {
+// enforcePath maps a path to its grant and applies the rules that depend
+// on the path alone. Errors follow the contract: unknown alias, a symlink
+// inside a grant, a symlink leading out or a broken one is
+// sandbox_violation; a plain path outside every grant, a write under a
+// read-only grant, a denied path or secret-shaped name, and the autorun
+// guard are fs_denied.
+func enforcePath(p *pathRef, grants []grant, deny *denyList, write bool) (target, error) {
 	if p.alias != "" {
 		var g *grant
 		for i := range grants {
@@ -193,11 +219,10 @@ func enforcePath(p *pathRef, grants []grant, write bool) (target, error) {
 				Message: fmt.Sprintf("%s names the alias %s, which the policy did not grant (unknown mount); granted aliases: %s", p.field, p.alias, aliasList(grants)),
 				Details: map[string]any{"field": p.field, "alias": p.alias}}
 		}
-		p.abs = filepath.Join(g.real, p.rel)
-		p.resolveAbs()
-		if !within(p.real, g.real) {
-			return target{}, escape(p)
-		}
+		// Lexical: nothing below the grant's directory is resolved, and
+		// the walk refuses any symlink on the way.
+		p.abs = path.Join(g.real, p.rel)
+		p.real = p.abs
 	}
 	if p.brokenLink {
 		return target{}, &wire.Error{Code: wire.CodeSandboxViolation,
@@ -207,7 +232,7 @@ func enforcePath(p *pathRef, grants []grant, write bool) (target, error) {
 	g, ok := mostSpecific(p.real, grants)
 	if !ok {
 		for _, g := range grants {
-			if within(p.abs, g.real) || within(p.abs, filepath.Clean(g.Path)) {
+			if within(p.abs, g.real) || within(p.abs, path.Clean(g.Path)) {
 				return target{}, escape(p)
 			}
 		}
@@ -215,21 +240,48 @@ func enforcePath(p *pathRef, grants []grant, write bool) (target, error) {
 			Message: fmt.Sprintf("%s %s is outside the granted paths; use a path inside %s", p.field, p.real, grantList(grants)),
 			Details: map[string]any{"field": p.field, "path": p.real}}
 	}
+	for _, l := range p.links {
+		for _, o := range grants {
+			if within(l, o.real) {
+				return target{}, inGrantLink(p, l)
+			}
+		}
+	}
 	if write && g.Mode != wire.ModeReadWrite {
 		return target{}, &wire.Error{Code: wire.CodeFSDenied,
 			Message: fmt.Sprintf("%s %s is under the read-only grant %s; writes need a grant with mode rw", p.field, p.real, g.real),
 			Details: map[string]any{"field": p.field, "path": p.real, "grant": g.real}}
 	}
-	rel, err := filepath.Rel(g.real, p.real)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return target{}, escape(p)
+	rel := "."
+	if p.real != g.real {
+		rel = strings.TrimPrefix(p.real, g.real)
+		rel = strings.TrimPrefix(rel, "/")
 	}
-	return target{ref: p, grant: g, rel: rel, real: p.real}, nil
+	if outer := outermost(p.real, grants); outer != p.real {
+		if err := checkSecretNames(p, strings.TrimPrefix(strings.TrimPrefix(p.real, outer), "/")); err != nil {
+			return target{}, err
+		}
+	}
+	if e, ok := deny.byPath(p.real); ok {
+		return target{}, deniedByPath(p, e)
+	}
+	if write {
+		if err := checkAutorun(p, g, rel); err != nil {
+			return target{}, err
+		}
+	}
+	return target{ref: p, grant: g, rel: rel, real: p.real, fd: -1}, nil
 }
 
 func escape(p *pathRef) *wire.Error {
 	return &wire.Error{Code: wire.CodeSandboxViolation,
-		Message: fmt.Sprintf("%s %q resolves through a symlink to %s, outside its grant; symlinks may only point inside the grant", p.field, p.raw, p.real),
+		Message: fmt.Sprintf("%s %q resolves through a symlink to %s, outside its grant; symlinks are not followed", p.field, p.raw, p.real),
+		Details: map[string]any{"field": p.field, "path": p.raw}}
+}
+
+func inGrantLink(p *pathRef, link string) *wire.Error {
+	return &wire.Error{Code: wire.CodeSandboxViolation,
+		Message: fmt.Sprintf("%s %q passes through the symlink %s inside a grant; the file tools never follow a symlink below a grant's directory: name the file by its real path", p.field, p.raw, link),
 		Details: map[string]any{"field": p.field, "path": p.raw}}
 }
 
@@ -260,57 +312,26 @@ func grantList(grants []grant) string {
 	return strings.Join(paths, ", ")
 }
 
-// openRoot opens the grant's directory as an os.Root and checks it is the
-// very directory Enforce saw: a grant path swapped for a symlink or another
-// directory since then is refused.
-func openRoot(g grant) (*os.Root, error) {
-	r, err := os.OpenRoot(g.real)
-	if err != nil {
-		return nil, &wire.Error{Code: wire.CodeSandboxViolation,
-			Message: fmt.Sprintf("the granted directory %s could not be opened: %v", g.real, unwrapPathErr(err)),
-			Details: map[string]any{"grant": g.real}}
-	}
-	fi, err := r.Stat(".")
-	if err != nil || !os.SameFile(fi, g.info) {
-		r.Close()
-		return nil, &wire.Error{Code: wire.CodeSandboxViolation,
-			Message: fmt.Sprintf("the granted directory %s changed after it was checked", g.real),
-			Details: map[string]any{"grant": g.real}}
-	}
-	return r, nil
-}
-
-// escapeMessage is the text of os.Root's unexported errPathEscapes.
-// TestRootEscapeErrorIsRecognized pins it to the toolchain in use.
-const escapeMessage = "path escapes from parent"
-
-// isEscape reports whether err is os.Root refusing a path that leaves the
-// root (a symlink pointing out, an absolute symlink) or a symlink loop.
-func isEscape(err error) bool {
-	if err == nil {
-		return false
-	}
-	return strings.Contains(err.Error(), escapeMessage) || errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.EXDEV)
-}
-
-// fsError maps an error from an os.Root operation on t to a contract error.
+// fsError maps an error from an operation on t to a contract error.
 // Whatever the kernel refused, nothing outside the grant was touched.
-func fsError(t target, op string, err error) *wire.Error {
+func fsError(t *target, op string, err error) *wire.Error {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return we
+	}
 	field := t.ref.field
 	switch {
-	case isEscape(err):
-		return &wire.Error{Code: wire.CodeSandboxViolation,
-			Message: fmt.Sprintf("%s %q leads outside its grant through a symlink (it may have been swapped in); refused", field, t.ref.raw),
-			Details: map[string]any{"field": field, "path": t.ref.raw}}
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV), errors.Is(err, errBadName):
+		return symlinkViolation(t)
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR):
 		return &wire.Error{Code: wire.CodeNotFound,
 			Message: fmt.Sprintf("%s %q does not exist", field, t.ref.raw),
 			Details: map[string]any{"field": field, "path": t.ref.raw}}
-	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, unix.EROFS):
 		return &wire.Error{Code: wire.CodeFSDenied,
 			Message: fmt.Sprintf("%s %q: the gateway was refused %s by the operating system", field, t.ref.raw, op),
 			Details: map[string]any{"field": field, "path": t.ref.raw}}
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EFBIG):
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG):
 		return &wire.Error{Code: wire.CodeWriteLimit,
 			Message: fmt.Sprintf("%s %q: %s failed, the disk or quota is full: %v", field, t.ref.raw, op, unwrapPathErr(err)),
 			Details: map[string]any{"field": field, "path": t.ref.raw}}
@@ -320,8 +341,25 @@ func fsError(t target, op string, err error) *wire.Error {
 		Details: map[string]any{"field": field, "path": t.ref.raw}}
 }
 
+// symlinkViolation is the error for a symlink met on the way to t: below a
+// grant's directory no symlink is followed, whether it was there when the
+// path was checked or swapped in since.
+func symlinkViolation(t *target) *wire.Error {
+	return &wire.Error{Code: wire.CodeSandboxViolation,
+		Message: fmt.Sprintf("%s %q passes through a symlink below its grant (it may have been swapped in); the file tools never follow symlinks inside a grant", t.ref.field, t.ref.raw),
+		Details: map[string]any{"field": t.ref.field, "path": t.ref.raw}}
+}
+
+// changedViolation is the error for a file or directory replaced while it
+// was being opened.
+func changedViolation(t *target) *wire.Error {
+	return &wire.Error{Code: wire.CodeSandboxViolation,
+		Message: fmt.Sprintf("%s %q was replaced while it was being opened; refused", t.ref.field, t.ref.raw),
+		Details: map[string]any{"field": t.ref.field, "path": t.ref.raw}}
+}
+
 // unwrapPathErr drops the path from a *PathError so messages do not repeat
-// it (and never leak a path outside the grant Root may have seen).
+// it (and never leak a path outside the grant).
 func unwrapPathErr(err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
@@ -332,7 +370,7 @@ func unwrapPathErr(err error) error {
 
 // display is how a path below t is shown to the caller: in the form the
 // caller used (alias or absolute), so it can be passed back as is.
-func display(t target, sub string) string {
+func display(t *target, sub string) string {
 	if t.ref.alias != "" {
 		rel := path.Join(t.ref.rel, sub)
 		if rel == "." {
@@ -371,11 +409,11 @@ func (p *pathRef) name() string {
 	return p.real
 }
 
-func kindOf(m fs.FileMode) string {
-	switch {
-	case m.IsRegular():
+func kindOfType(typ uint32) string {
+	switch typ {
+	case unix.S_IFREG:
 		return "file"
-	case m.IsDir():
+	case unix.S_IFDIR:
 		return "dir"
 	}
 	return "other"

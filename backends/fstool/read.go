@@ -90,37 +90,20 @@ type ReadData struct {
 }
 
 func (op *readOp) run(ctx context.Context, c *call) (any, error) {
-	t := c.targets[0]
-	root, err := openRoot(t.grant)
-	if err != nil {
-		return nil, err
+	t := &c.targets[0]
+	if t.later != nil {
+		return nil, t.later
 	}
-	defer root.Close()
-	f, err := root.Open(t.rel)
-	if err != nil {
-		return nil, fsError(t, "reading", err)
+	// t.fd is the regular file Enforce opened and checked (open.go).
+	fi := &t.st
+	if fi.Size > c.limits.readFileBytes {
+		return nil, readLimit(t, fi.Size, c.limits.readFileBytes)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fsError(t, "reading", err)
-	}
-	switch {
-	case fi.IsDir():
-		return nil, &wire.Error{Code: wire.CodeInvalidInput,
-			Message: fmt.Sprintf("path %q is a directory; use fs.list to see its entries", t.ref.raw),
-			Details: map[string]any{"field": "path", "path": t.ref.raw}}
-	case !fi.Mode().IsRegular():
-		return nil, &wire.Error{Code: wire.CodeInvalidInput,
-			Message: fmt.Sprintf("path %q is not a regular file; fs.read reads regular files only", t.ref.raw),
-			Details: map[string]any{"field": "path", "path": t.ref.raw}}
-	case fi.Size() > c.limits.readFileBytes:
-		return nil, readLimit(t, fi.Size(), c.limits.readFileBytes)
-	}
+	f := fdReader{t.fd}
 
 	h := sha256.New()
 	lr := &io.LimitedReader{R: f, N: c.limits.readFileBytes + 1}
-	br := bufio.NewReaderSize(io.TeeReader(lr, h), int(max(binarySniffBytes, min(64<<10, fi.Size()+1))))
+	br := bufio.NewReaderSize(io.TeeReader(lr, h), int(max(binarySniffBytes, min(64<<10, fi.Size+1))))
 	d := &ReadData{Path: display(t, ""), StartLine: op.start}
 	head, _ := br.Peek(binarySniffBytes)
 	d.Binary = isBinary(head, len(head) < binarySniffBytes)
@@ -129,7 +112,7 @@ func (op *readOp) run(ctx context.Context, c *call) (any, error) {
 	// appending does not regrow it line by line.
 	var content []byte
 	if !d.Binary {
-		content = make([]byte, 0, min(fi.Size(), int64(c.limits.readBytes)))
+		content = make([]byte, 0, min(fi.Size, int64(c.limits.readBytes)))
 	}
 	line, done := 1, false // line: number of the line being read
 	atLineStart := true
@@ -200,7 +183,7 @@ func (op *readOp) run(ctx context.Context, c *call) (any, error) {
 	return d, nil
 }
 
-func readLimit(t target, size, limit int64) *wire.Error {
+func readLimit(t *target, size, limit int64) *wire.Error {
 	return &wire.Error{Code: wire.CodeReadLimit,
 		Message: fmt.Sprintf("%s %q is %d bytes; fs.read reads (and hashes) files of at most %d bytes under this policy (limits.fsize_bytes)", t.ref.field, t.ref.raw, size, limit),
 		Details: map[string]any{"field": t.ref.field, "path": t.ref.raw, "bytes": size, "limit": limit}}

@@ -3,23 +3,22 @@ package fstool
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
+	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/portcullis/portcullis/backends/internal/strictjson"
-	"github.com/portcullis/portcullis/wire"
 )
 
 const searchDescription = "Search text files under a directory (recursively) inside the granted directories. " +
 	"pattern is a plain substring, or /regexp/flags (RE2 syntax, flags i, m, s), e.g. \"/func \\\\w+Handler/i\". " +
-	"before/after add context lines (0-10); maxMatches caps results (default 50, max 500). " +
-	"Skips .git, node_modules, hidden entries, symlinks and binary files. The work is bounded; " +
+	"before/after add context lines (0-10, default 1); maxMatches caps results (default 50, max 500). " +
+	"Skips .git, node_modules, hidden entries, secret-shaped names, symlinks, special files and binary files. The work is bounded; " +
 	"truncated says a bound was hit. Returns matches [{path, line, text, before, after}] and stats."
 
 const searchSchema = `{
@@ -27,8 +26,8 @@ const searchSchema = `{
   "properties": {
     "path": {"type": "string", "description": "Absolute path or @alias/rel of a directory (or one file) inside the grants."},
     "pattern": {"type": "string", "minLength": 1, "description": "Substring to find, or /regexp/flags (RE2; flags i, m, s)."},
-    "before": {"type": "integer", "minimum": 0, "maximum": 10, "description": "Context lines before each match (default 0)."},
-    "after": {"type": "integer", "minimum": 0, "maximum": 10, "description": "Context lines after each match (default 0)."},
+    "before": {"type": "integer", "minimum": 0, "maximum": 10, "description": "Context lines before each match (default 1)."},
+    "after": {"type": "integer", "minimum": 0, "maximum": 10, "description": "Context lines after each match (default 1)."},
     "maxMatches": {"type": "integer", "minimum": 1, "maximum": 500, "description": "Most matches to return (default 50)."}
   },
   "required": ["path", "pattern"],
@@ -37,11 +36,15 @@ const searchSchema = `{
 
 // Search input bounds.
 const (
-	MaxPatternBytes   = 1024
-	MaxContextLines   = 10
-	DefaultMaxMatches = 50
-	MaxMatches        = 500
-	maxMatchTextBytes = 512
+	MaxPatternBytes = 1024
+	MaxContextLines = 10
+	// DefaultContextLines is before/after when not given: one line of
+	// context each side, as the file tool host this contract comes from
+	// specified (seed 001), so a match is readable without a second call.
+	DefaultContextLines = 1
+	DefaultMaxMatches   = 50
+	MaxMatches          = 500
+	maxMatchTextBytes   = 512
 )
 
 type searchOp struct {
@@ -70,10 +73,10 @@ func prepareSearch(obj strictjson.Object) (operation, error) {
 	if op.re, err = parsePattern(op.pattern); err != nil {
 		return nil, err
 	}
-	if op.before, err = optInt(obj, "before", 0, 0, MaxContextLines); err != nil {
+	if op.before, err = optInt(obj, "before", DefaultContextLines, 0, MaxContextLines); err != nil {
 		return nil, err
 	}
-	if op.after, err = optInt(obj, "after", 0, 0, MaxContextLines); err != nil {
+	if op.after, err = optInt(obj, "after", DefaultContextLines, 0, MaxContextLines); err != nil {
 		return nil, err
 	}
 	if op.maxMatches, err = optInt(obj, "maxMatches", DefaultMaxMatches, 1, MaxMatches); err != nil {
@@ -153,108 +156,212 @@ type SearchData struct {
 
 var errStop = errors.New("search bound reached")
 
+// maxSearchDepth bounds how deep fs.search descends (one descriptor is
+// held per level); deeper directories count as skipped.
+const maxSearchDepth = 256
+
+// searcher is one fs.search walk: every directory and file is opened
+// relative to its parent's descriptor, never following a symlink, and
+// checked against the deny list by name, path and identity.
+type searcher struct {
+	op       *searchOp
+	c        *call
+	t        *target
+	ctx      context.Context
+	d        *SearchData
+	bounds   SearchBounds
+	deadline time.Time
+	denied   []denyEntry // deny entries inside the searched directory
+	buf      []byte
+}
+
 func (op *searchOp) run(ctx context.Context, c *call) (any, error) {
-	t := c.targets[0]
+	t := &c.targets[0]
+	if t.later != nil {
+		return nil, t.later
+	}
 	start := time.Now()
-	deadline := start.Add(c.limits.searchTime)
-	bounds := c.tool.s.search
-	root, err := openRoot(t.grant)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	fi, err := root.Stat(t.rel)
-	if err != nil {
-		return nil, fsError(t, "searching", err)
-	}
-	d := &SearchData{Path: display(t, ""), Pattern: op.pattern, Matches: []SearchMatch{}}
-	stop := func(by string) error {
-		d.Truncated, d.TruncatedBy = true, by
-		return errStop
-	}
-
-	// scan searches one regular file; rel is relative to base.
-	scan := func(base *os.Root, rel, shown string) error {
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return stop("time")
-		}
-		if d.Stats.FilesScanned >= bounds.MaxFiles {
-			return stop("maxFiles")
-		}
-		f, err := base.Open(rel)
-		if err != nil {
-			d.Stats.FilesSkipped++
-			return nil
-		}
-		defer f.Close()
-		st, err := f.Stat()
-		if err != nil || !st.Mode().IsRegular() || st.Size() > bounds.MaxFileBytes {
-			d.Stats.FilesSkipped++
-			return nil
-		}
-		if d.Stats.BytesScanned+st.Size() > bounds.MaxBytes {
-			return stop("maxBytes")
-		}
-		b, err := io.ReadAll(io.LimitReader(f, bounds.MaxFileBytes+1))
-		d.Stats.FilesScanned++
-		d.Stats.BytesScanned += int64(len(b))
-		if err != nil || int64(len(b)) > bounds.MaxFileBytes {
-			d.Stats.FilesSkipped++
-			return nil
-		}
-		if isBinary(b[:min(len(b), binarySniffBytes)], len(b) <= binarySniffBytes) {
-			d.Stats.FilesSkipped++
-			return nil
-		}
-		return op.matchFile(d, shown, string(b), stop)
-	}
-
-	switch {
-	case fi.Mode().IsRegular():
-		err = scan(root, t.rel, display(t, ""))
-	case fi.IsDir():
-		var sub *os.Root
-		if sub, err = root.OpenRoot(t.rel); err != nil {
-			return nil, fsError(t, "searching", err)
-		}
-		defer sub.Close()
-		err = fs.WalkDir(sub.FS(), ".", func(p string, e fs.DirEntry, werr error) error {
-			if werr != nil {
-				if p == "." {
-					return werr
-				}
-				d.Stats.FilesSkipped++
-				return nil
-			}
-			if p != "." && (skipName(e.Name()) || c.deny.hides(filepath.Join(t.real, p), filepath.Join(t.rel, p))) {
-				if e.IsDir() {
-					return fs.SkipDir
-				}
-				return nil
-			}
-			switch {
-			case e.Type()&fs.ModeSymlink != 0:
-				return nil
-			case e.IsDir():
-				if ctx.Err() != nil || time.Now().After(deadline) {
-					return stop("time")
-				}
-				return nil
-			case !e.Type().IsRegular():
-				return nil
-			}
-			return scan(sub, p, display(t, p))
-		})
-	default:
-		return nil, &wire.Error{Code: wire.CodeInvalidInput,
-			Message: fmt.Sprintf("path %q is neither a directory nor a regular file", t.ref.raw),
-			Details: map[string]any{"field": "path", "path": t.ref.raw}}
+	s := &searcher{op: op, c: c, t: t, ctx: ctx, bounds: c.tool.s.search, deadline: start.Add(c.limits.searchTime),
+		d: &SearchData{Path: display(t, ""), Pattern: op.pattern, Matches: []SearchMatch{}}}
+	var err error
+	// t.fd is the file or directory Enforce opened and checked (open.go).
+	if fileType(&t.st) == unix.S_IFREG {
+		err = s.scanFD(t.fd, &t.st, display(t, ""))
+	} else {
+		s.denied = c.deny.under(t.real)
+		err = s.dir(t.fd, "", 0)
 	}
 	if err != nil && !errors.Is(err, errStop) {
 		return nil, fsError(t, "searching", err)
 	}
-	d.Stats.DurationMS = time.Since(start).Milliseconds()
-	return d, nil
+	s.d.Stats.DurationMS = time.Since(start).Milliseconds()
+	return s.d, nil
+}
+
+func (s *searcher) stop(by string) error {
+	s.d.Truncated, s.d.TruncatedBy = true, by
+	return errStop
+}
+
+func (s *searcher) outOfTime() bool {
+	return s.ctx.Err() != nil || time.Now().After(s.deadline)
+}
+
+// dir searches the directory fd (sub below the target; "" for the target
+// itself), entries in name order, depth first.
+func (s *searcher) dir(fd int, sub string, depth int) error {
+	if s.outOfTime() {
+		return s.stop("time")
+	}
+	ents, _, err := readDir(fd, maxNamesScanned)
+	if err != nil {
+		if sub == "" {
+			return err
+		}
+		s.d.Stats.FilesSkipped++
+		return nil
+	}
+	slices.SortFunc(ents, func(a, b dirent) int { return strings.Compare(a.name, b.name) })
+	for _, e := range ents {
+		if skipName(e.name) || secretRule(e.name) != "" {
+			continue
+		}
+		child := e.name
+		if sub != "" {
+			child = sub + "/" + e.name
+		}
+		if len(s.denied) > 0 && hiddenBy(s.denied, path.Join(s.t.real, child)) {
+			continue
+		}
+		typ := e.typ
+		if typ == unix.DT_UNKNOWN {
+			var st unix.Stat_t
+			if statAt(fd, e.name, &st) != nil {
+				continue
+			}
+			typ = dtOf(fileType(&st))
+		}
+		var err error
+		switch typ {
+		case unix.DT_DIR:
+			err = s.subdir(fd, e.name, child, depth+1)
+		case unix.DT_REG:
+			err = s.file(fd, e.name, child)
+		default:
+			continue // symlinks, FIFOs, sockets, devices: never opened
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *searcher) subdir(parent int, name, child string, depth int) error {
+	if depth > maxSearchDepth {
+		s.d.Stats.FilesSkipped++
+		return nil
+	}
+	fd, err := openComponent(parent, name, flagsDir, 0)
+	if err != nil {
+		s.d.Stats.FilesSkipped++ // swapped for a symlink, vanished, unreadable
+		return nil
+	}
+	defer closeFD(fd)
+	var st unix.Stat_t
+	if fstat(fd, &st) != nil || fileType(&st) != unix.S_IFDIR {
+		s.d.Stats.FilesSkipped++
+		return nil
+	}
+	if _, ok := s.c.deny.byID(&st); ok {
+		return nil
+	}
+	return s.dir(fd, child, depth)
+}
+
+// file searches one regular file of the directory parent.
+func (s *searcher) file(parent int, name, child string) error {
+	if s.outOfTime() {
+		return s.stop("time")
+	}
+	if s.d.Stats.FilesScanned >= s.bounds.MaxFiles {
+		return s.stop("maxFiles")
+	}
+	fd, err := openComponent(parent, name, flagsFile, 0)
+	if err != nil {
+		s.d.Stats.FilesSkipped++
+		return nil
+	}
+	defer closeFD(fd)
+	var st unix.Stat_t
+	if fstat(fd, &st) != nil {
+		s.d.Stats.FilesSkipped++
+		return nil
+	}
+	if _, ok := s.c.deny.byID(&st); ok {
+		return nil
+	}
+	return s.scanFD(fd, &st, display(s.t, child))
+}
+
+// scanFD searches the open file fd; non-regular files (a FIFO swapped in
+// after the directory was read, opened without blocking) are skipped.
+func (s *searcher) scanFD(fd int, st *unix.Stat_t, shown string) error {
+	if fileType(st) != unix.S_IFREG || st.Size > s.bounds.MaxFileBytes {
+		s.d.Stats.FilesSkipped++
+		return nil
+	}
+	if s.d.Stats.BytesScanned+st.Size > s.bounds.MaxBytes {
+		return s.stop("maxBytes")
+	}
+	if cap(s.buf) < int(st.Size)+1 {
+		s.buf = make([]byte, 0, max(int(st.Size)+1, 4096))
+	}
+	b, err := readAllInto(fdReader{fd}, s.buf[:0], s.bounds.MaxFileBytes+1)
+	s.buf = b[:0]
+	s.d.Stats.FilesScanned++
+	s.d.Stats.BytesScanned += int64(len(b))
+	if err != nil || int64(len(b)) > s.bounds.MaxFileBytes {
+		s.d.Stats.FilesSkipped++
+		return nil
+	}
+	if isBinary(b[:min(len(b), binarySniffBytes)], len(b) <= binarySniffBytes) {
+		s.d.Stats.FilesSkipped++
+		return nil
+	}
+	return s.op.matchFile(s.d, shown, string(b), s.stop)
+}
+
+// readAllInto reads r into buf until EOF or limit bytes.
+func readAllInto(r io.Reader, buf []byte, limit int64) ([]byte, error) {
+	for int64(len(buf)) < limit {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		room := min(int64(cap(buf)-len(buf)), limit-int64(len(buf)))
+		n, err := r.Read(buf[len(buf) : len(buf)+int(room)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
+}
+
+// dtOf is the dirent type of an S_IFMT type.
+func dtOf(typ uint32) uint8 {
+	switch typ {
+	case unix.S_IFREG:
+		return unix.DT_REG
+	case unix.S_IFDIR:
+		return unix.DT_DIR
+	case unix.S_IFLNK:
+		return unix.DT_LNK
+	}
+	return 0xff // none of the above: skipped
 }
 
 // skipName says which entries a search never enters: hidden ones (which

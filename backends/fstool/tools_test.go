@@ -138,7 +138,11 @@ func TestSearch(t *testing.T) {
 		input map[string]any
 		want  []SearchMatch
 	}{
-		{"substring", map[string]any{"pattern": "Handler"}, []SearchMatch{
+		{"substring, one line of context by default", map[string]any{"pattern": "Handler"}, []SearchMatch{
+			{Path: "@w/sub/code.go", Line: 3, Text: "func FooHandler() {}", Before: []string{""}, After: []string{"func barHandler() {}"}},
+			{Path: "@w/sub/code.go", Line: 4, Text: "func barHandler() {}", Before: []string{"func FooHandler() {}"}, After: []string{"// end"}},
+		}},
+		{"no context", map[string]any{"pattern": "Handler", "before": 0, "after": 0}, []SearchMatch{
 			{Path: "@w/sub/code.go", Line: 3, Text: "func FooHandler() {}", Before: []string{}, After: []string{}},
 			{Path: "@w/sub/code.go", Line: 4, Text: "func barHandler() {}", Before: []string{}, After: []string{}},
 		}},
@@ -146,11 +150,11 @@ func TestSearch(t *testing.T) {
 			{Path: "@w/sub/code.go", Line: 3, Text: "func FooHandler() {}", Before: []string{""}, After: []string{"func barHandler() {}", "// end"}},
 			{Path: "@w/sub/code.go", Line: 4, Text: "func barHandler() {}", Before: []string{"func FooHandler() {}"}, After: []string{"// end"}},
 		}},
-		{"slash substring", map[string]any{"pattern": "// end"}, []SearchMatch{
+		{"slash substring", map[string]any{"pattern": "// end", "before": 0}, []SearchMatch{
 			{Path: "@w/sub/code.go", Line: 5, Text: "// end", Before: []string{}, After: []string{}},
 		}},
 		{"one file", map[string]any{"path": "@w/a.txt", "pattern": "eta"}, []SearchMatch{
-			{Path: "@w/a.txt", Line: 2, Text: "beta", Before: []string{}, After: []string{}},
+			{Path: "@w/a.txt", Line: 2, Text: "beta", Before: []string{"alpha"}, After: []string{"gamma"}},
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

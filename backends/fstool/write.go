@@ -101,10 +101,10 @@ type WriteData struct {
 }
 
 func (op *writeOp) run(ctx context.Context, c *call) (any, error) {
-	t := c.targets[0]
+	t := &c.targets[0]
 	unlock := c.tool.s.locks.lock([]string{t.real})
 	defer unlock()
-	s, err := openStage(t, true, false, max(c.limits.writeBytes, c.limits.readFileBytes))
+	s, err := openStage(t, c.open, true, false, max(c.limits.writeBytes, c.limits.readFileBytes))
 	if err != nil {
 		return nil, err
 	}

@@ -108,7 +108,7 @@ func reloadOf(r bundles.Result) wire.PolicyReload {
 // describedTools is the tool set for commands that only read the tools'
 // schemas: the same list serve runs, with a runner that never starts.
 func describedTools() []backends.Tool {
-	return newTools(config.Default(), unavailableRunner{}, slog.New(slog.DiscardHandler))
+	return newTools(config.Default(), unavailableRunner{}, slog.New(slog.DiscardHandler), nil)
 }
 
 // loadOptions are the checks every bundle passes before activation: the
@@ -488,7 +488,7 @@ func cmdPolicyReplay(ctx context.Context, args []string, stdout io.Writer) error
 		rep.Limits = append(rep.Limits, "the principal is no longer configured: replayed with no roles and no attributes")
 	}
 	resolved := map[string]any{}
-	tools := newTools(cfg, unavailableRunner{}, slog.New(slog.DiscardHandler))
+	tools := newTools(cfg, unavailableRunner{}, slog.New(slog.DiscardHandler), nil)
 	for _, t := range tools {
 		if t.Name() != rc.Tool || callArgs == nil {
 			continue

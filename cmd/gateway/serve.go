@@ -378,7 +378,7 @@ func openStack(ctx context.Context, cfg config.Config, log *slog.Logger) (*stack
 	}
 	st.backend = runner.Name()
 	st.refused = refusal(runner)
-	st.tools = newTools(cfg, runner, log)
+	st.tools = newTools(cfg, runner, log, ctx.Done())
 	// The policy loads after the tools: bundles are type-checked against
 	// the tools' input schemas.
 	if st.policy, err = openPolicy(ctx, cfg, log, st.tools, evidenceRecorder{st.writer}, true); err != nil {
@@ -449,9 +449,11 @@ func reloadOnHUP(ctx context.Context, st *stack, log *slog.Logger) {
 
 // newTools is the gateway's tool set, the one place it is listed: serve
 // runs these, and `policy schema` describes the same.
-func newTools(cfg config.Config, runner exectool.Runner, log *slog.Logger) []backends.Tool {
+// stop is closed when serve shuts down: the file tools then abandon their
+// read-only calls in flight rather than hold the shutdown.
+func newTools(cfg config.Config, runner exectool.Runner, log *slog.Logger, stop <-chan struct{}) []backends.Tool {
 	tools := []backends.Tool{exectool.New(exectool.Options{Runner: runner, Logger: log})}
-	tools = append(tools, fstool.Tools(fstool.Options{Logger: log})...)
+	tools = append(tools, fstool.Tools(fstool.Options{Logger: log, Stop: stop})...)
 	tools = append(tools, httpget.New(httpget.Options{Logger: log}),
 		coderun.New(coderun.Options{Runner: runner, Deno: denoPath(cfg), Logger: log}))
 	if rs := resultStore(cfg, log); rs != nil {

@@ -122,6 +122,20 @@ test_principal_override_merges_over_role if {
 	d.env.pass == ["GOFLAGS"]
 }
 
+test_allow_autorun_passes_through if {
+	principals := {"agent-alpha": {"tools": {"fs.write": {"fs": [
+		{"path": "/srv/dotfiles", "mode": "rw", "alias": "@dots", "allow_autorun": true},
+		{"path": "/srv/work", "mode": "rw", "alias": "@project"},
+	]}}}}
+	d := portcullis.decision with input as {"principal": _agent, "tool": "fs.write", "purpose": "call", "args": {}, "resolved": {}}
+		with data.portcullis.config.principals as principals
+	d.allow == true
+	d.fs_grants == [
+		{"path": "/srv/dotfiles", "mode": "rw", "alias": "@dots", "allow_autorun": true},
+		{"path": "/srv/work", "mode": "rw", "alias": "@project"},
+	]
+}
+
 test_principal_override_replaces_fs if {
 	principals := {"agent-alpha": {"tools": {"Exec": {"fs": [{"path": "/opt/tools", "mode": "r"}]}}}}
 	d := portcullis.decision with input as _exec(["/usr/bin/echo", "x"], "echo")

@@ -104,8 +104,9 @@ _call(g, ids) := {
 	"limits": _limits(g),
 }
 
-# fs_grants are the directories the call may touch; the gateway checks real paths.
-_fs_grants(g) := [{k: v | some k in ["path", "mode", "alias"]; v := x[k]} | some x in object.get(g, "fs", [])]
+# fs_grants are the directories the call may touch; the gateway checks real
+# paths. allow_autorun (true) lifts the file tools' autorun guard for a grant.
+_fs_grants(g) := [{k: v | some k in ["path", "mode", "alias", "allow_autorun"]; v := x[k]} | some x in object.get(g, "fs", [])]
 
 # network is the call's posture; off unless the grant says otherwise.
 _network(g) := object.union({"posture": "off", "allow": []}, object.get(g, "network", {}))
