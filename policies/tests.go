@@ -64,7 +64,7 @@ func runTests(ctx context.Context, b *bundle.Bundle, coverage bool) (TestReport,
 			SetCompiler(ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1).WithCapabilities(Capabilities())).
 			SetStore(store).
 			SetBundles(map[string]*bundle.Bundle{"policy": b}).
-			SetTimeout(30 * time.Second)
+			SetTimeout(2 * time.Minute)
 		if coverage {
 			cov = cover.New()
 			runner = runner.SetCoverageQueryTracer(cov)
