@@ -233,7 +233,9 @@ func TestMTLS(t *testing.T) {
 		}
 		return p
 	}
-	good := pair(clientCA, func(c *x509.Certificate) { c.Subject = pkix.Name{CommonName: "agent-7", Organization: []string{"Example"}} })
+	good := pair(clientCA, func(c *x509.Certificate) {
+		c.Subject = pkix.Name{CommonName: "agent-7", Organization: []string{"Example"}}
+	})
 	if body, _, err := get(client(roots, good), base); err != nil || body != "CN=agent-7,O=Example" {
 		t.Fatalf("trusted client cert: %q %v", body, err)
 	}
@@ -296,7 +298,9 @@ func TestCertMapper(t *testing.T) {
 		want   string
 		reason string
 	}{
-		{"subject", func(c *x509.Certificate) { c.Subject = pkix.Name{CommonName: "agent-7", Organization: []string{"Example"}} }, "by-subject", ""},
+		{"subject", func(c *x509.Certificate) {
+			c.Subject = pkix.Name{CommonName: "agent-7", Organization: []string{"Example"}}
+		}, "by-subject", ""},
 		{"subject, other order of attributes is another DN", func(c *x509.Certificate) {
 			c.Subject = pkix.Name{CommonName: "agent-7", Organization: []string{"Example"}, OrganizationalUnit: []string{"x"}}
 		}, "", ReasonCertUnmapped},
