@@ -112,13 +112,19 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	srv := gateway.New(gateway.Options{
+	ident, err := openIdentity(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	opts := gateway.Options{
 		Keys: keys, Policy: st.decider(), Evidence: st.writer, Receipts: st.store, Tools: st.tools,
 		InstanceID: st.instanceID, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registry: reg,
 		OpenAPI: gateway.OpenAPIDocument, PolicyRevision: st.revision, MCPAllowedOrigins: cfg.MCP.AllowedOrigins,
 		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: ev.auditor, TrustedProxies: proxies,
 		Late: ev.late, EvidenceTimeout: evidenceTimeout(cfg), Results: keeperOf(st.tools),
-	})
+	}
+	ident.wire(&opts)
+	srv := gateway.New(opts)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -139,11 +145,15 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		MaxHeaderBytes:    int(cfg.HTTP.MaxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	if ident.tls != nil {
+		hs.TLSConfig = ident.tls.Config()
+	}
 	if devKeys != nil {
 		printDevBanner(stdout, ln.Addr().String(), cfg, st, devKeys)
 	}
 	listening := []any{"addr", ln.Addr().String(), "instance_id", st.instanceID, "store", st.storeKind,
 		"policy_revision", st.revision(), "exec_backend", st.backend}
+	listening = append(listening, ident.logFields()...)
 	if st.refused != "" {
 		listening = append(listening, "exec_refused", st.refused)
 	}
@@ -155,8 +165,16 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	go reloadOnHUP(ctx, st, log)
 	go st.policy.manager.Run(ctx)
 	go srv.Run(ctx)
+	ident.run(ctx, log)
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() {
+		if hs.TLSConfig != nil {
+			// Certificates come from the TLS config (reloaded), not files.
+			errc <- hs.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- hs.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
@@ -222,8 +240,8 @@ func loadServeConfig(f serveFlags) (config.Config, []devKey, error) {
 			return cfg, nil, err
 		}
 	}
-	if len(cfg.Principals) == 0 {
-		return cfg, nil, errors.New("config: principals: none configured; every call would be refused (use --dev to try the gateway)")
+	if len(cfg.Principals) == 0 && !cfg.Auth.JWT.Enabled() {
+		return cfg, nil, errors.New("config: principals: none configured and auth.jwt off; every call would be refused (use --dev to try the gateway)")
 	}
 	return cfg, keys, nil
 }
@@ -281,6 +299,9 @@ func policyDescription(cfg config.Config, st *stack) string {
 func principalKeys(ps []config.Principal) ([]gateway.Key, error) {
 	out := make([]gateway.Key, 0, len(ps))
 	for _, p := range ps {
+		if p.APIKeySHA256 == "" && p.ClientCertSubject != "" {
+			continue // authenticates by client certificate only
+		}
 		var k gateway.Key
 		b, err := hex.DecodeString(p.APIKeySHA256)
 		if err != nil || len(b) != 32 {
