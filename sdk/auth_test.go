@@ -61,16 +61,16 @@ func TestTokenProviderAndTLS(t *testing.T) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := attempts.Add(1)
 		if len(r.TLS.VerifiedChains) == 0 || r.TLS.VerifiedChains[0][0].Subject.CommonName != "agent-7" {
-			http.Error(w, `{"error":{"code":"unauthenticated","message":"no client cert","details":{}}}`, 401)
+			http.Error(w, `{"error":{"code":"unauthenticated","message":"no client cert","details":{}}}`, http.StatusUnauthorized)
 			return
 		}
 		if r.Header.Get("Authorization") != "Bearer token-"+string(rune('0'+n)) {
-			http.Error(w, `{"error":{"code":"unauthenticated","message":"stale token","details":{}}}`, 401)
+			http.Error(w, `{"error":{"code":"unauthenticated","message":"stale token","details":{}}}`, http.StatusUnauthorized)
 			return
 		}
 		if n == 1 { // first attempt: retryable
 			w.Header().Set("Retry-After", "0")
-			http.Error(w, `{"error":{"code":"backend_unavailable","message":"later","details":{}}}`, 503)
+			http.Error(w, `{"error":{"code":"backend_unavailable","message":"later","details":{}}}`, http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")

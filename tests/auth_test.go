@@ -629,7 +629,7 @@ func TestAuthDoctor(t *testing.T) {
 	_, otherKey := ca.issue(t, pkix.Name{CommonName: "other"}, time.Now().Add(time.Hour))
 	replaceFile(t, filepath.Join(dir, "tls.crt"), c, 0o644)
 	replaceFile(t, filepath.Join(dir, "tls.key"), otherKey, 0o600)
-	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", 503) }))
+	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", http.StatusServiceUnavailable) }))
 	t.Cleanup(dead.Close)
 	d := authDeployment(t, "", fmt.Sprintf(`tls:
   cert_file: %q

@@ -149,7 +149,11 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		hs.TLSConfig = ident.tls.Config()
 	}
 	if devKeys != nil {
-		printDevBanner(stdout, ln.Addr().String(), cfg, st, devKeys)
+		base := "http://" + ln.Addr().String()
+		if ident.tls != nil {
+			base = "https://" + ln.Addr().String()
+		}
+		printDevBanner(stdout, base, cfg, st, devKeys)
 	}
 	listening := []any{"addr", ln.Addr().String(), "instance_id", st.instanceID, "store", st.storeKind,
 		"policy_revision", st.revision(), "exec_backend", st.backend}
@@ -257,7 +261,7 @@ func newAPIKey() (string, error) {
 // printDevBanner says, on stdout and once, what --dev gave: the store, the
 // policy actually loaded (the shipped one, or the config's bundle), the
 // sandbox, what is refused and why, and the keys.
-func printDevBanner(w io.Writer, addr string, cfg config.Config, st *stack, keys []devKey) {
+func printDevBanner(w io.Writer, base string, cfg config.Config, st *stack, keys []devKey) {
 	store := "embedded store in " + cfg.DataDir
 	if st.storeKind == "postgres" {
 		store = "PostgreSQL store"
@@ -275,12 +279,12 @@ func printDevBanner(w io.Writer, addr string, cfg config.Config, st *stack, keys
 		fmt.Fprintf(w, "  %-8s %-12s %s\n", k.role, k.id, k.key)
 	}
 	if st.refused != "" {
-		fmt.Fprintf(w, "\nTry:\n  curl -s -H 'Authorization: Bearer %s' http://%s/v1/tools\n\n", keys[0].key, addr)
+		fmt.Fprintf(w, "\nTry:\n  curl -s -H 'Authorization: Bearer %s' %s/v1/tools\n\n", keys[0].key, base)
 		return
 	}
 	fmt.Fprintf(w, "\nTry:\n  curl -s -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n"+
-		"    -d '{\"tool\":\"Exec\",\"input\":{\"argv\":[\"/usr/bin/uname\",\"--version\"]}}' http://%s/v1/tool-calls\n\n",
-		keys[0].key, addr)
+		"    -d '{\"tool\":\"Exec\",\"input\":{\"argv\":[\"/usr/bin/uname\",\"--version\"]}}' %s/v1/tool-calls\n\n",
+		keys[0].key, base)
 }
 
 // policyDescription names the policy serve loaded: the shipped library or
