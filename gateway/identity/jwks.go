@@ -112,7 +112,10 @@ func (j *jwks) lookup(ctx context.Context, kid string) ([]publicKey, error) {
 		}
 	}
 	if j.now().Sub(j.lastAttempt) >= j.minRefetch {
-		if err := j.fetchLocked(ctx); err != nil {
+		// Detached from the request: a caller that sends an unknown kid
+		// and hangs up must not cancel the refetch it triggered and so
+		// use up the minute's allowance for everyone.
+		if err := j.fetchLocked(context.WithoutCancel(ctx)); err != nil {
 			j.log.Warn("auth.jwt: refetching the issuer's keys for an unknown kid failed; keeping the keys held", "source", j.source(), "err", err)
 		}
 	}

@@ -124,6 +124,7 @@ type issuer struct {
 	mu      sync.Mutex
 	body    []byte
 	status  int
+	delay   time.Duration
 	fetches atomic.Int64
 }
 
@@ -134,8 +135,9 @@ func newIssuer(t testing.TB, signers ...*signer) *issuer {
 	is.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		is.fetches.Add(1)
 		is.mu.Lock()
-		body, status := is.body, is.status
+		body, status, delay := is.body, is.status, is.delay
 		is.mu.Unlock()
+		time.Sleep(delay)
 		w.Header().Set("Content-Type", "application/jwk-set+json")
 		w.WriteHeader(status)
 		_, _ = w.Write(body)
@@ -420,6 +422,28 @@ func TestJWKSRotation(t *testing.T) {
 	}
 	if _, err := v.Verify(context.Background(), old.sign(t, claimsFor(clk.now(), "alice"), nil)); reasonOf(err) != ReasonUnknownKey {
 		t.Errorf("token under the retired key: %v", err)
+	}
+}
+
+// TestJWKSRefetchOutlivesItsCaller: a caller that sends an unknown kid and
+// hangs up at once does not cancel the refetch (which would use up the
+// minute's allowance with nothing fetched).
+func TestJWKSRefetchOutlivesItsCaller(t *testing.T) {
+	t.Parallel()
+	old, next := newSigner(t, "old", "ES256"), newSigner(t, "next", "ES256")
+	is := newIssuer(t, old)
+	clk := newClock()
+	v := newVerifier(t, is, clk, nil)
+	clk.advance(2 * time.Minute)
+	is.set(t, old, next)
+	is.mu.Lock()
+	is.delay = 300 * time.Millisecond
+	is.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond) // hangs up mid-fetch
+	defer cancel()
+	_, _ = v.Verify(ctx, next.sign(t, claimsFor(clk.now(), "alice"), nil))
+	if _, err := v.Verify(context.Background(), next.sign(t, claimsFor(clk.now(), "alice"), nil)); err != nil {
+		t.Fatalf("the refetch was cancelled with its caller: %v", err)
 	}
 }
 
