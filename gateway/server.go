@@ -96,6 +96,12 @@ type Options struct {
 	// later; serve gives one with a spool on disk (evidence.OpenLateOutcomes).
 	// Nil: one in memory only, over Evidence and Receipts.
 	Late *evidence.LateOutcomes
+	// JWT, when set, verifies bearer tokens that are JWTs (auth.jwt);
+	// nil: every bearer credential is an API key.
+	JWT TokenVerifier
+	// ClientCerts, when set, maps client certificates verified at the TLS
+	// handshake to principals (mTLS); nil: certificates name no one.
+	ClientCerts CertMapper
 	// MCPAllowedOrigins lists the browser origins (scheme://host[:port])
 	// that may call /mcp. Requests carrying any other Origin header are
 	// refused, which defeats DNS rebinding; clients that send no Origin
@@ -148,6 +154,7 @@ func New(opts Options) *Server {
 		tools:   map[string]backends.Tool{},
 		metrics: newMetrics(opts.Registry),
 	}
+	s.initAuth()
 	s.late = opts.Late
 	if s.late == nil {
 		s.late = newLate(opts)
@@ -236,16 +243,12 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if publicPaths[c.Request().URL.Path] || ui.IsRoute(c.Path()) {
 			return next(c)
 		}
-		p, ok := s.lookup(c.Request().Header.Get(echo.HeaderAuthorization))
-		if !ok {
-			s.metrics.authFailures.Inc()
-			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="portcullis"`)
-			we := wire.Errorf(wire.CodeUnauthenticated, "missing or unknown API key: send Authorization: Bearer <api-key>")
-			if c.Path() == "/v1/tool-calls" {
-				return c.JSON(http.StatusUnauthorized, wire.ToolCallResponse{Output: failed(we, nil)})
-			}
-			return we
+		// API key, JWT or client certificate: see identify (auth.go).
+		p, method, err := s.identify(c)
+		if err != nil {
+			return s.refuseAuth(c, method, err)
 		}
+		c.Set(ctxAuthMethod, method)
 		c.Set("principal", p)
 		ctx := context.WithValue(c.Request().Context(), principalKey, p.ID)
 		c.SetRequest(c.Request().WithContext(ctx))
@@ -333,6 +336,12 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		if sc := trace.SpanContextFromContext(c.Request().Context()); sc.HasTraceID() {
 			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+		}
+		if m, ok := c.Get(ctxAuthMethod).(string); ok {
+			attrs = append(attrs, slog.String("auth", m))
+		}
+		if r, ok := c.Get(ctxAuthFailure).(string); ok {
+			attrs = append(attrs, slog.String("auth_failure", r))
 		}
 		if peer, _, err := net.SplitHostPort(c.Request().RemoteAddr); err == nil && peer != c.RealIP() {
 			attrs = append(attrs, slog.String("peer", peer))

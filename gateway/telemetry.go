@@ -73,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "portcullis_evidence_write_failures_total", Help: "Evidence writes that did not become durable.",
 		}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "portcullis_auth_failures_total", Help: "Requests with a missing or unknown API key.",
+			Name: "portcullis_auth_failures_total", Help: "Requests whose credentials (API key, JWT, client certificate) were missing or refused.",
 		}),
 	}
 	reg.MustRegister(m.calls, m.duration, m.decisionDuration, m.evidenceFailures, m.authFailures)

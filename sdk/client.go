@@ -3,6 +3,8 @@ package sdk
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -30,10 +33,15 @@ const (
 	maxResponseBytes = 64 << 20
 )
 
-// Client talks to one gateway with one API key. It is safe for concurrent use.
+// Client talks to one gateway with one credential: an API key, a token
+// provider (WithTokenProvider, for JWTs from an identity provider), or a
+// client certificate (WithClientCertificate, mTLS). It is safe for
+// concurrent use.
 type Client struct {
 	base       *url.URL
 	key        string
+	token      TokenProvider
+	tlsErr     error
 	hc         *http.Client
 	timeout    time.Duration
 	retries    int
@@ -82,11 +90,86 @@ func WithHTTPClient(hc *http.Client) Option {
 	}
 }
 
+// TokenProvider returns the bearer token to send, fresh: it is called
+// before every attempt of every request, so it should cache the token and
+// renew it shortly before it expires (an oauth2.TokenSource fits:
+// func(ctx) { t, err := src.Token(); return t.AccessToken, err }).
+type TokenProvider func(ctx context.Context) (string, error)
+
+// WithTokenProvider authenticates with the token p returns (a JWT from the
+// gateway's configured identity provider) instead of the API key.
+func WithTokenProvider(p TokenProvider) Option { return func(c *Client) { c.token = p } }
+
+// WithTLSConfig uses cfg for HTTPS to the gateway (a CA bundle in RootCAs,
+// a client certificate for mTLS in Certificates). It replaces the HTTP
+// client's transport with one that uses cfg; apply WithHTTPClient first if
+// both are given.
+func WithTLSConfig(cfg *tls.Config) Option {
+	return func(c *Client) {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = cfg.Clone()
+		hc := *c.hc
+		hc.Transport = t
+		c.hc = &hc
+	}
+}
+
+// WithCAFile trusts the PEM certificates in path (the gateway's CA) for
+// HTTPS, beside the system roots. A file that does not load makes every
+// request fail with the reason.
+func WithCAFile(path string) Option {
+	return func(c *Client) {
+		cfg := c.tlsConfig()
+		pemBytes, err := os.ReadFile(path)
+		if err != nil {
+			c.tlsErr = fmt.Errorf("portcullis: CA file: %w", err)
+			return
+		}
+		var pool *x509.CertPool
+		if cfg.RootCAs != nil {
+			pool = cfg.RootCAs.Clone()
+		} else if pool, err = x509.SystemCertPool(); err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pemBytes) {
+			c.tlsErr = fmt.Errorf("portcullis: CA file %s holds no PEM certificate", path)
+			return
+		}
+		cfg.RootCAs = pool
+		WithTLSConfig(cfg)(c)
+	}
+}
+
+// WithClientCertificate presents the PEM certificate and key in certFile
+// and keyFile to the gateway (mTLS). They are read when the option is
+// applied; a pair that does not load makes every request fail.
+func WithClientCertificate(certFile, keyFile string) Option {
+	return func(c *Client) {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			c.tlsErr = fmt.Errorf("portcullis: client certificate: %w", err)
+			return
+		}
+		cfg := c.tlsConfig()
+		cfg.Certificates = []tls.Certificate{pair}
+		WithTLSConfig(cfg)(c)
+	}
+}
+
+// tlsConfig is a copy of the client's current TLS config (or a new one).
+func (c *Client) tlsConfig() *tls.Config {
+	if t, ok := c.hc.Transport.(*http.Transport); ok && t.TLSClientConfig != nil {
+		return t.TLSClientConfig.Clone()
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12}
+}
+
 // WithUserAgent sets the User-Agent header.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
 
 // New returns a client for the gateway at baseURL (e.g.
-// "http://127.0.0.1:8080") authenticating with apiKey. An unparsable baseURL
+// "http://127.0.0.1:8080") authenticating with apiKey ("" sends no key:
+// with WithTokenProvider or WithClientCertificate). An unparsable baseURL
 // makes every request fail with that error.
 func New(baseURL, apiKey string, opts ...Option) *Client {
 	c := &Client{
@@ -283,6 +366,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if c.base == nil {
 		return 0, nil, errors.New("portcullis: invalid base URL (want e.g. http://127.0.0.1:8080)")
 	}
+	if c.tlsErr != nil {
+		return 0, nil, c.tlsErr
+	}
 	u := *c.base
 	u.Path = strings.TrimRight(u.Path, "/") + path
 	if len(q) > 0 {
@@ -316,7 +402,16 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte) (int, 
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("portcullis: %w", err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
+	switch {
+	case c.token != nil:
+		tok, err := c.token(ctx)
+		if err != nil {
+			return 0, nil, nil, fmt.Errorf("portcullis: token provider: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	case c.key != "":
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", c.userAgent)
 	if body != nil {

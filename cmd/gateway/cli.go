@@ -149,6 +149,7 @@ func cmdDoctor(ctx context.Context, args []string, stdout io.Writer) error {
 		detail = fmt.Sprintf("%s revision %s", cfg.Policy.Bundle, info.Revision)
 	}
 	report(err == nil, "policy", errText(err, detail))
+	doctorIdentity(ctx, cfg, stdout, report)
 
 	if runtime.GOOS == "linux" {
 		br := bwrap.New(bwrap.Options{}).Report(ctx)

@@ -112,13 +112,19 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	srv := gateway.New(gateway.Options{
+	ident, err := openIdentity(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	opts := gateway.Options{
 		Keys: keys, Policy: st.decider(), Evidence: st.writer, Receipts: st.store, Tools: st.tools,
 		InstanceID: st.instanceID, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registry: reg,
 		OpenAPI: gateway.OpenAPIDocument, PolicyRevision: st.revision, MCPAllowedOrigins: cfg.MCP.AllowedOrigins,
 		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: ev.auditor, TrustedProxies: proxies,
 		Late: ev.late, EvidenceTimeout: evidenceTimeout(cfg), Results: keeperOf(st.tools),
-	})
+	}
+	ident.wire(&opts)
+	srv := gateway.New(opts)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -139,11 +145,19 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		MaxHeaderBytes:    int(cfg.HTTP.MaxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	if ident.tls != nil {
+		hs.TLSConfig = ident.tls.Config()
+	}
 	if devKeys != nil {
-		printDevBanner(stdout, ln.Addr().String(), cfg, st, devKeys)
+		base := "http://" + ln.Addr().String()
+		if ident.tls != nil {
+			base = "https://" + ln.Addr().String()
+		}
+		printDevBanner(stdout, base, cfg, st, devKeys)
 	}
 	listening := []any{"addr", ln.Addr().String(), "instance_id", st.instanceID, "store", st.storeKind,
 		"policy_revision", st.revision(), "exec_backend", st.backend}
+	listening = append(listening, ident.logFields()...)
 	if st.refused != "" {
 		listening = append(listening, "exec_refused", st.refused)
 	}
@@ -155,8 +169,16 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	go reloadOnHUP(ctx, st, log)
 	go st.policy.manager.Run(ctx)
 	go srv.Run(ctx)
+	ident.run(ctx, log)
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() {
+		if hs.TLSConfig != nil {
+			// Certificates come from the TLS config (reloaded), not files.
+			errc <- hs.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- hs.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
@@ -222,8 +244,8 @@ func loadServeConfig(f serveFlags) (config.Config, []devKey, error) {
 			return cfg, nil, err
 		}
 	}
-	if len(cfg.Principals) == 0 {
-		return cfg, nil, errors.New("config: principals: none configured; every call would be refused (use --dev to try the gateway)")
+	if len(cfg.Principals) == 0 && !cfg.Auth.JWT.Enabled() {
+		return cfg, nil, errors.New("config: principals: none configured and auth.jwt off; every call would be refused (use --dev to try the gateway)")
 	}
 	return cfg, keys, nil
 }
@@ -239,7 +261,7 @@ func newAPIKey() (string, error) {
 // printDevBanner says, on stdout and once, what --dev gave: the store, the
 // policy actually loaded (the shipped one, or the config's bundle), the
 // sandbox, what is refused and why, and the keys.
-func printDevBanner(w io.Writer, addr string, cfg config.Config, st *stack, keys []devKey) {
+func printDevBanner(w io.Writer, base string, cfg config.Config, st *stack, keys []devKey) {
 	store := "embedded store in " + cfg.DataDir
 	if st.storeKind == "postgres" {
 		store = "PostgreSQL store"
@@ -257,12 +279,12 @@ func printDevBanner(w io.Writer, addr string, cfg config.Config, st *stack, keys
 		fmt.Fprintf(w, "  %-8s %-12s %s\n", k.role, k.id, k.key)
 	}
 	if st.refused != "" {
-		fmt.Fprintf(w, "\nTry:\n  curl -s -H 'Authorization: Bearer %s' http://%s/v1/tools\n\n", keys[0].key, addr)
+		fmt.Fprintf(w, "\nTry:\n  curl -s -H 'Authorization: Bearer %s' %s/v1/tools\n\n", keys[0].key, base)
 		return
 	}
 	fmt.Fprintf(w, "\nTry:\n  curl -s -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n"+
-		"    -d '{\"tool\":\"Exec\",\"input\":{\"argv\":[\"/usr/bin/uname\",\"--version\"]}}' http://%s/v1/tool-calls\n\n",
-		keys[0].key, addr)
+		"    -d '{\"tool\":\"Exec\",\"input\":{\"argv\":[\"/usr/bin/uname\",\"--version\"]}}' %s/v1/tool-calls\n\n",
+		keys[0].key, base)
 }
 
 // policyDescription names the policy serve loaded: the shipped library or
@@ -281,6 +303,9 @@ func policyDescription(cfg config.Config, st *stack) string {
 func principalKeys(ps []config.Principal) ([]gateway.Key, error) {
 	out := make([]gateway.Key, 0, len(ps))
 	for _, p := range ps {
+		if p.APIKeySHA256 == "" && p.ClientCertSubject != "" {
+			continue // authenticates by client certificate only
+		}
 		var k gateway.Key
 		b, err := hex.DecodeString(p.APIKeySHA256)
 		if err != nil || len(b) != 32 {

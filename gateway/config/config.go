@@ -5,6 +5,7 @@ package config
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,11 +15,15 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/portcullis/portcullis/gateway/identity"
 )
 
 // Config is the whole gateway configuration (CONTRACT section 7).
@@ -46,7 +51,76 @@ type Config struct {
 	// sends; from a trusted peer, to the rightmost X-Forwarded-For address
 	// that is not itself a trusted proxy (CONTRACT section 11).
 	TrustedProxies []string `yaml:"trusted_proxies"`
+	// Auth configures credentials beside API keys: JWTs from an identity
+	// provider (CONTRACT section 11).
+	Auth Auth `yaml:"auth"`
+	// TLS makes the gateway serve HTTPS itself, and mTLS with a client CA.
+	TLS TLS `yaml:"tls"`
 }
+
+// Auth configures authentication beside API keys (docs/authentication.md).
+type Auth struct {
+	JWT JWT `yaml:"jwt"`
+}
+
+// JWT configures bearer JWTs verified against an issuer's JWKS. It is on
+// when jwks_url or jwks_file is set; then issuer and audience must be too.
+type JWT struct {
+	// Issuer is the exact iss the tokens must carry.
+	Issuer string `yaml:"issuer"`
+	// Audience must be one of the tokens' aud values.
+	Audience string `yaml:"audience"`
+	// JWKSURL (https, or http to loopback) or JWKSFile holds the
+	// issuer's public keys.
+	JWKSURL  string `yaml:"jwks_url"`
+	JWKSFile string `yaml:"jwks_file"`
+	// Algorithms is the allowlist (empty: RS256, ES256, EdDSA). HMAC
+	// algorithms and none are never accepted.
+	Algorithms []string `yaml:"algorithms"`
+	// PrincipalClaim is the claim naming the principal (default sub);
+	// RolesClaim the one holding its roles (empty: tokens carry none).
+	PrincipalClaim string `yaml:"principal_claim"`
+	RolesClaim     string `yaml:"roles_claim"`
+	// PrincipalPrefix is put before the claim's value to make the
+	// principal id (e.g. "oidc:"). A token whose id equals a configured
+	// principal's is refused whatever the prefix.
+	PrincipalPrefix string `yaml:"principal_prefix"`
+	// Leeway is the clock skew allowed on exp, nbf and iat.
+	Leeway Duration `yaml:"leeway"`
+	// JWKSRefreshInterval is how often the key set is refetched.
+	JWKSRefreshInterval Duration `yaml:"jwks_refresh_interval"`
+	// JWKSMinRefetchInterval bounds refetches triggered by tokens with an
+	// unknown kid (a rotation): at most one per interval.
+	JWKSMinRefetchInterval Duration `yaml:"jwks_min_refetch_interval"`
+	// JWKSFetchTimeout bounds one fetch of the key set.
+	JWKSFetchTimeout Duration `yaml:"jwks_fetch_timeout"`
+}
+
+// Enabled reports whether JWT authentication is configured.
+func (j JWT) Enabled() bool { return j.JWKSURL != "" || j.JWKSFile != "" }
+
+// TLS configures HTTPS on the listener.
+type TLS struct {
+	// CertFile and KeyFile (PEM) are the server's certificate chain and
+	// key, reloaded when the files change.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ClientCAFile (PEM) turns on mTLS: client certificates are verified
+	// against it (also reloaded) and mapped to principals by
+	// principals[].client_cert_subject.
+	ClientCAFile string `yaml:"client_ca_file"`
+	// RequireClientCert refuses, at the handshake, every client without a
+	// certificate client_ca_file verifies (default false: a certificate
+	// is optional and bearer credentials work beside it).
+	RequireClientCert bool `yaml:"require_client_cert"`
+	// MinVersion is "1.2" (default) or "1.3".
+	MinVersion string `yaml:"min_version"`
+	// ReloadInterval is how often the files are checked for change.
+	ReloadInterval Duration `yaml:"reload_interval"`
+}
+
+// Enabled reports whether the listener serves TLS.
+func (t TLS) Enabled() bool { return t.CertFile != "" }
 
 // Runtime tunes the Go runtime's garbage collector for serve. The standard
 // GOGC and GOMEMLIMIT variables, when set, win over these.
@@ -166,11 +240,17 @@ type Evidence struct {
 }
 
 // Principal is a configured caller; only the SHA-256 of its key is stored.
+// It authenticates by its API key, by a client certificate
+// (ClientCertSubject, with tls.client_ca_file), or either.
 type Principal struct {
 	ID           string         `yaml:"id" json:"id"`
 	Roles        []string       `yaml:"roles" json:"roles"`
 	Attributes   map[string]any `yaml:"attributes" json:"attributes"`
 	APIKeySHA256 string         `yaml:"api_key_sha256" json:"api_key_sha256"`
+	// ClientCertSubject binds client certificates to this principal: a
+	// subject DN as RFC 2253 renders it (CN=agent-7,O=Example), or a SAN
+	// as dns:NAME, uri:URI or email:ADDRESS.
+	ClientCertSubject string `yaml:"client_cert_subject" json:"client_cert_subject"`
 }
 
 // Sandbox chooses the OS sandbox that Exec and code.run run in.
@@ -332,6 +412,14 @@ func Default() Config {
 		},
 		Sandbox: Sandbox{Backend: "auto", Require: true},
 		Runtime: Runtime{GCPercent: 400},
+		Auth: Auth{JWT: JWT{
+			PrincipalClaim:         "sub",
+			Leeway:                 Duration(60 * time.Second),
+			JWKSRefreshInterval:    Duration(10 * time.Minute),
+			JWKSMinRefetchInterval: Duration(time.Minute),
+			JWKSFetchTimeout:       Duration(10 * time.Second),
+		}},
+		TLS: TLS{MinVersion: "1.2", ReloadInterval: Duration(5 * time.Second)},
 	}
 }
 
@@ -613,6 +701,7 @@ func (c *Config) Validate() error {
 	}
 	ids := map[string]bool{}
 	keys := map[string]string{}
+	subjects := map[string]string{}
 	for i, p := range c.Principals {
 		key := fmt.Sprintf("principals[%d]", i)
 		if p.ID == "" {
@@ -624,21 +713,140 @@ func (c *Config) Validate() error {
 		if len(p.Roles) == 0 {
 			bad(key+".roles", "want at least one of agent, auditor, admin")
 		}
+		for _, a := range reservedAttributes {
+			if _, ok := p.Attributes[a]; ok {
+				bad(key+".attributes."+a, "reserved: the gateway sets it on every authenticated principal (docs/authentication.md)")
+			}
+		}
 		for j, r := range p.Roles {
 			if r != "agent" && r != "auditor" && r != "admin" {
 				bad(fmt.Sprintf("%s.roles[%d]", key, j), "want agent, auditor or admin, got %q", r)
 			}
 		}
+		if p.ClientCertSubject != "" {
+			m, err := identity.MatchKey(p.ClientCertSubject)
+			switch {
+			case err != nil:
+				bad(key+".client_cert_subject", "%v", err)
+			case c.TLS.ClientCAFile == "":
+				bad(key+".client_cert_subject", "needs tls.client_ca_file (client certificates are only requested with mTLS on)")
+			case subjects[m] != "":
+				bad(key+".client_cert_subject", "same certificate binding as principal %q", subjects[m])
+			default:
+				subjects[m] = p.ID
+			}
+			if p.APIKeySHA256 == "" {
+				continue // certificate-only principal
+			}
+		}
 		h := strings.ToLower(p.APIKeySHA256)
 		if b, err := hex.DecodeString(h); err != nil || len(b) != 32 {
-			bad(key+".api_key_sha256", "want the 64-hex-digit SHA-256 of the key (gateway keys hash KEY)")
+			bad(key+".api_key_sha256", "want the 64-hex-digit SHA-256 of the key (gateway keys hash KEY), or client_cert_subject for a certificate-only principal")
 		} else if other, dup := keys[h]; dup {
 			bad(key+".api_key_sha256", "same key as principal %q", other)
 		}
 		keys[h] = p.ID
 		c.Principals[i].APIKeySHA256 = h
 	}
+	errs = append(errs, c.validateAuth()...)
+	errs = append(errs, c.validateTLS()...)
 	return errors.Join(errs...)
+}
+
+// reservedAttributes are the principal attributes the gateway sets itself
+// (how the caller authenticated, a JWT's claims): configured principals may
+// not set them, so a policy reading them reads the gateway's word.
+var reservedAttributes = []string{identity.AttrAuth, identity.AttrClaims}
+
+func (c *Config) validateAuth() []error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("config: auth.jwt.%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	j := c.Auth.JWT
+	if !j.Enabled() {
+		if j.Issuer != "" || j.Audience != "" {
+			bad("jwks_url", "issuer/audience set but no jwks_url or jwks_file: JWTs would not be verified against anything")
+		}
+		return errs
+	}
+	if j.JWKSURL != "" && j.JWKSFile != "" {
+		bad("jwks_file", "set either jwks_url or jwks_file, not both")
+	}
+	if j.JWKSURL != "" {
+		if err := identity.CheckJWKSURL(j.JWKSURL); err != nil {
+			bad("jwks_url", "%v", err)
+		}
+	}
+	if j.Issuer == "" {
+		bad("issuer", "must be set: the exact iss of the tokens")
+	}
+	if j.Audience == "" {
+		bad("audience", "must be set: without it, a token the issuer made for any other application would be accepted")
+	}
+	for i, a := range j.Algorithms {
+		if !slices.Contains(identity.SupportedAlgorithms, a) {
+			bad(fmt.Sprintf("algorithms[%d]", i), "want one of %s, got %q (HMAC algorithms and none are never accepted)", strings.Join(identity.SupportedAlgorithms, ", "), a)
+		}
+	}
+	if j.PrincipalClaim == "" {
+		bad("principal_claim", "must not be empty (default sub)")
+	}
+	if len(j.PrincipalPrefix) > 64 || strings.ContainsFunc(j.PrincipalPrefix, unicode.IsControl) {
+		bad("principal_prefix", "want at most 64 printable characters, got %q", j.PrincipalPrefix)
+	}
+	in := func(key string, d Duration, lo, hi time.Duration) {
+		if d.Std() < lo || d.Std() > hi {
+			bad(key, "want %s..%s, got %s", lo, hi, d.Std())
+		}
+	}
+	in("leeway", j.Leeway, 0, 5*time.Minute)
+	in("jwks_refresh_interval", j.JWKSRefreshInterval, time.Minute, 24*time.Hour)
+	in("jwks_min_refetch_interval", j.JWKSMinRefetchInterval, time.Second, time.Hour)
+	in("jwks_fetch_timeout", j.JWKSFetchTimeout, time.Second, time.Minute)
+	return errs
+}
+
+func (c *Config) validateTLS() []error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("config: tls.%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	t := c.TLS
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		bad("key_file", "tls.cert_file and tls.key_file go together")
+	}
+	if t.ClientCAFile != "" && t.CertFile == "" {
+		bad("client_ca_file", "mTLS needs TLS: set tls.cert_file and tls.key_file")
+	}
+	if t.RequireClientCert && t.ClientCAFile == "" {
+		bad("require_client_cert", "needs tls.client_ca_file")
+	}
+	if _, err := t.MinTLSVersion(); err != nil {
+		bad("min_version", "%v", err)
+	}
+	if t.ReloadInterval.Std() < time.Second || t.ReloadInterval.Std() > time.Hour {
+		bad("reload_interval", "want 1s..1h, got %s", t.ReloadInterval.Std())
+	}
+	// A missing key file is reported by serve; one that exists must be
+	// private, like every key the gateway reads.
+	if t.KeyFile != "" {
+		if err := privateFile(t.KeyFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			bad("key_file", "%v", err)
+		}
+	}
+	return errs
+}
+
+// MinTLSVersion parses MinVersion.
+func (t TLS) MinTLSVersion() (uint16, error) {
+	switch strings.TrimSpace(t.MinVersion) {
+	case "", "1.2":
+		return tls.VersionTLS12, nil
+	case "1.3":
+		return tls.VersionTLS13, nil
+	}
+	return 0, fmt.Errorf("want 1.2 or 1.3, got %q", t.MinVersion)
 }
 
 // privateFile checks that path is a regular file that neither group nor

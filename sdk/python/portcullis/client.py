@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -47,7 +48,14 @@ class PortcullisError(Exception):
 
 
 class Client:
-    """A client for one gateway and one API key.
+    """A client for one gateway and one credential.
+
+    The credential is an API key, or token_provider: a callable returning a
+    fresh bearer token (a JWT from the identity provider the gateway trusts),
+    called before every attempt, so it should cache and renew its token. Over
+    HTTPS, ca_file trusts the gateway's CA (beside the system roots),
+    client_cert=(cert_file, key_file) presents a certificate for mTLS, and
+    ssl_context replaces both.
 
     Retries happen only when the gateway proves nothing ran: 429, or 503 with
     evidence_unavailable / sandbox_unavailable for tool calls (any 503 for
@@ -58,8 +66,12 @@ class Client:
     def __init__(
         self,
         base_url: str,
-        api_key: str,
+        api_key: Optional[str] = None,
         *,
+        token_provider: Optional[Callable[[], str]] = None,
+        ca_file: Optional[str] = None,
+        client_cert: Optional[Tuple[str, str]] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
         timeout: float = DEFAULT_TIMEOUT,
         retries: int = 3,
         backoff: float = 0.25,
@@ -79,7 +91,18 @@ class Client:
         # traceparent returns the W3C traceparent of the caller's current
         # span (e.g. from OpenTelemetry); the receipt then names that trace.
         self._traceparent = traceparent
-        self._opener = opener or urllib.request.build_opener()
+        self._token_provider = token_provider
+        if opener is None:
+            ctx = ssl_context
+            if ctx is None and (ca_file or client_cert):
+                ctx = ssl.create_default_context()  # system roots, TLS >= 1.2, host names checked
+                ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+                if ca_file:
+                    ctx.load_verify_locations(cafile=ca_file)
+                if client_cert:
+                    ctx.load_cert_chain(certfile=client_cert[0], keyfile=client_cert[1])
+            opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=ctx)) if ctx else urllib.request.build_opener()
+        self._opener = opener
         self._sleep = time.sleep
 
     # -- agents ----------------------------------------------------------
@@ -190,7 +213,10 @@ class Client:
 
     def _once(self, method: str, path: str, body: Optional[bytes], traceparent: Optional[str]) -> Tuple[int, Any, Any]:
         req = urllib.request.Request(self.base_url + path, data=body, method=method)
-        req.add_header("Authorization", "Bearer " + self._key)
+        if self._token_provider is not None:
+            req.add_header("Authorization", "Bearer " + self._token_provider())
+        elif self._key:
+            req.add_header("Authorization", "Bearer " + self._key)
         req.add_header("Accept", "application/json")
         req.add_header("User-Agent", "portcullis-python-sdk/1")
         if body is not None:

@@ -3,9 +3,14 @@ import http.server
 import json
 import os
 import secrets
+import shutil
+import ssl
+import subprocess
+import tempfile
 import threading
 import time
 import unittest
+import urllib.error
 
 import portcullis
 from portcullis.types import WIRE_TYPES, json_name
@@ -181,6 +186,65 @@ class Retries(unittest.TestCase):
                 n, err = self.run_script(answers, fn)
                 self.assertEqual(n, want_calls)
                 self.assertEqual(err.code if err else None, want_code)
+
+
+def _openssl(*args):
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+@unittest.skipUnless(shutil.which("openssl"), "openssl not installed (makes the test certificates)")
+class TokenProviderAndTLS(unittest.TestCase):
+    """token_provider is asked before every attempt; ca_file and client_cert
+    reach the TLS handshake."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir)
+        p = lambda n: os.path.join(self.dir, n)
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+        _openssl("req", "-x509", *ec, "-keyout", p("ca.key"), "-out", p("ca.pem"), "-days", "1", "-subj", "/CN=py-ca")
+        for name, ext in (("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+                          ("client", "extendedKeyUsage=clientAuth\n")):
+            with open(p(name + ".ext"), "w") as f:
+                f.write(ext)
+            cn = "127.0.0.1" if name == "server" else "agent-7"
+            _openssl("req", *ec, "-keyout", p(name + ".key"), "-out", p(name + ".csr"), "-subj", "/CN=" + cn)
+            _openssl("x509", "-req", "-in", p(name + ".csr"), "-CA", p("ca.pem"), "-CAkey", p("ca.key"),
+                     "-CAcreateserial", "-out", p(name + ".pem"), "-days", "1", "-extfile", p(name + ".ext"))
+        self.p = p
+
+    def test_token_provider_ca_and_client_cert(self):
+        p = self.p
+        seen = []
+
+        class H(_Scripted):
+            answers = [(503, "")]
+            count = 0
+
+            def _answer(self):
+                cert = self.connection.getpeercert() or {}
+                cn = dict(x[0] for x in cert.get("subject", ())).get("commonName")
+                seen.append((self.headers.get("Authorization"), cn))
+                _Scripted._answer(self)
+
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        sctx.load_cert_chain(p("server.pem"), p("server.key"))
+        sctx.load_verify_locations(p("ca.pem"))
+        sctx.verify_mode = ssl.CERT_OPTIONAL
+        srv.socket = sctx.wrap_socket(srv.socket, server_side=True)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)
+        url = "https://127.0.0.1:%d" % srv.server_address[1]
+        n = iter(range(1, 100))
+        c = portcullis.Client(url, token_provider=lambda: "jwt-%d" % next(n), ca_file=p("ca.pem"),
+                              client_cert=(p("client.pem"), p("client.key")), backoff=0.001, max_backoff=0.005)
+        c.tools()
+        self.assertEqual(seen, [("Bearer jwt-1", "agent-7"), ("Bearer jwt-2", "agent-7")])
+        # Without the CA, the gateway's certificate is not trusted.
+        with self.assertRaises(urllib.error.URLError):
+            portcullis.Client(url, "k").tools()
 
 
 class Drift(unittest.TestCase):

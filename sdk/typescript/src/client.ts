@@ -38,8 +38,28 @@ export interface ClientOptions {
   maxBackoffMs?: number;
   /** The W3C traceparent of the caller's current span, if any. */
   traceparent?: () => string | undefined;
-  /** A fetch implementation (default: the global fetch). */
+  /** A fetch implementation (default: the global fetch, or a node:https
+   * one when `tls` is set). */
   fetch?: typeof fetch;
+  /**
+   * Returns the bearer token to send, fresh (a JWT from the identity
+   * provider the gateway trusts). Called before every attempt, so it
+   * should cache its token and renew it before expiry. Replaces the API key.
+   */
+  tokenProvider?: () => string | Promise<string>;
+  /**
+   * HTTPS to the gateway (Node): `ca` trusts the gateway's CA (PEM, beside
+   * Node's roots), `cert` and `key` present a client certificate (mTLS).
+   * Pass PEM contents, e.g. `readFileSync("ca.pem")`.
+   */
+  tls?: TLSOptions;
+}
+
+/** PEM material for HTTPS and mTLS (see ClientOptions.tls). */
+export interface TLSOptions {
+  ca?: string | Uint8Array | Array<string | Uint8Array>;
+  cert?: string | Uint8Array;
+  key?: string | Uint8Array;
 }
 
 export interface CallOptions {
@@ -63,7 +83,8 @@ const retryToolCall: RetryPolicy = (status, body) => {
 const retryRead: RetryPolicy = (status) => status === 429 || status === 503;
 
 /**
- * A client for one gateway and one API key. Every tool call is
+ * A client for one gateway and one credential: an API key, or a token
+ * provider (options.tokenProvider), or a client certificate (options.tls). Every tool call is
  * authenticated, decided by policy, enforced and recorded by the gateway.
  * Retries happen only when the gateway proves nothing ran (429, or 503 with
  * evidence_unavailable/sandbox_unavailable; any 503 for reads), with
@@ -71,7 +92,7 @@ const retryRead: RetryPolicy = (status) => status === 429 || status === 503;
  */
 export class Client {
   readonly baseUrl: string;
-  private readonly opts: Required<Omit<ClientOptions, "traceparent">> & Pick<ClientOptions, "traceparent">;
+  private readonly opts: Required<Omit<ClientOptions, "traceparent" | "tokenProvider" | "tls">> & Pick<ClientOptions, "traceparent" | "tokenProvider">;
 
   constructor(baseUrl: string, private readonly apiKey: string, options: ClientOptions = {}) {
     const u = new URL(baseUrl);
@@ -83,7 +104,8 @@ export class Client {
       backoffMs: options.backoffMs ?? 250,
       maxBackoffMs: options.maxBackoffMs ?? 8000,
       traceparent: options.traceparent,
-      fetch: options.fetch ?? globalThis.fetch.bind(globalThis),
+      tokenProvider: options.tokenProvider,
+      fetch: options.fetch ?? (options.tls ? tlsFetch(options.tls) : globalThis.fetch.bind(globalThis)),
     };
   }
 
@@ -187,10 +209,9 @@ export class Client {
   }
 
   private async once(method: string, path: string, body: string | undefined, o: CallOptions): Promise<{ status: number; body: unknown; headers: Headers }> {
-    const headers: Record<string, string> = {
-      Authorization: `Bearer ${this.apiKey}`,
-      Accept: "application/json",
-    };
+    const headers: Record<string, string> = { Accept: "application/json" };
+    const credential = this.opts.tokenProvider ? await this.opts.tokenProvider() : this.apiKey;
+    if (credential) headers["Authorization"] = `Bearer ${credential}`;
     if (body !== undefined) headers["Content-Type"] = "application/json";
     const tp = o.traceparent ?? this.opts.traceparent?.();
     if (tp) headers["traceparent"] = tp;
@@ -213,6 +234,44 @@ export class Client {
     const window = Math.min(this.opts.backoffMs * 2 ** attempt, this.opts.maxBackoffMs);
     return window / 2 + Math.random() * (window / 2);
   }
+}
+
+/**
+ * A fetch over node:https with the given CA and client certificate (the
+ * global fetch takes neither without an undici dispatcher, which this SDK
+ * does not depend on). Enough of fetch for this client: method, headers, a
+ * string body, an abort signal; answers are read whole.
+ */
+function tlsFetch(tls: TLSOptions): typeof fetch {
+  return (async (input: string | URL | Request, init: RequestInit = {}) => {
+    const https = await import("node:https");
+    const url = new URL(typeof input === "string" || input instanceof URL ? input : input.url);
+    return await new Promise<Response>((resolve, reject) => {
+      const req = https.request(url, {
+        method: init.method ?? "GET",
+        headers: init.headers as Record<string, string>,
+        ca: tls.ca as never, cert: tls.cert as never, key: tls.key as never,
+        minVersion: "TLSv1.2",
+        signal: init.signal ?? undefined,
+      }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("error", reject);
+        res.on("end", () => {
+          const h = new Headers();
+          for (const [k, v] of Object.entries(res.headers)) {
+            if (v !== undefined) h.set(k, Array.isArray(v) ? v.join(", ") : v);
+          }
+          const status = res.statusCode ?? 0;
+          const body = status === 204 || status === 304 ? null : Buffer.concat(chunks);
+          resolve(new Response(body, { status, headers: h }));
+        });
+      });
+      req.on("error", reject);
+      if (typeof init.body === "string") req.write(init.body);
+      req.end();
+    });
+  }) as typeof fetch;
 }
 
 /** AbortSignal.any where available (Node >= 20.3), else the same by hand. */

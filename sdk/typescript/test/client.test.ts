@@ -1,6 +1,10 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import type { AddressInfo } from "node:net";
@@ -146,4 +150,58 @@ describe("retries", () => {
       assert.equal(err?.code, wantCode);
     });
   }
+});
+
+describe("token provider and TLS", () => {
+  const hasOpenssl = spawnSync("openssl", ["version"]).status === 0;
+  test("the provider is asked every attempt; ca, cert and key reach the handshake", { skip: !hasOpenssl && "openssl not installed" }, async () => {
+    const dir = mkdtempSync(join(tmpdir(), "pcl-ts-tls-"));
+    const p = (n: string) => join(dir, n);
+    const ssl = (...args: string[]) => {
+      const r = spawnSync("openssl", args, { encoding: "utf8" });
+      assert.equal(r.status, 0, r.stderr);
+    };
+    const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    ssl("req", "-x509", ...ec, "-keyout", p("ca.key"), "-out", p("ca.pem"), "-days", "1", "-subj", "/CN=ts-ca");
+    for (const [name, cn, ext] of [["server", "127.0.0.1", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"],
+      ["client", "agent-7", "extendedKeyUsage=clientAuth\n"]] as const) {
+      writeFileSync(p(name + ".ext"), ext);
+      ssl("req", ...ec, "-keyout", p(name + ".key"), "-out", p(name + ".csr"), "-subj", "/CN=" + cn);
+      ssl("x509", "-req", "-in", p(name + ".csr"), "-CA", p("ca.pem"), "-CAkey", p("ca.key"), "-CAcreateserial",
+        "-out", p(name + ".pem"), "-days", "1", "-extfile", p(name + ".ext"));
+    }
+    const seen: Array<[string | undefined, string | undefined]> = [];
+    const srv = createHttpsServer({
+      key: readFileSync(p("server.key")), cert: readFileSync(p("server.pem")), ca: readFileSync(p("ca.pem")),
+      requestCert: true, rejectUnauthorized: false,
+    }, (req, res) => {
+      const sock = req.socket as import("node:tls").TLSSocket;
+      const cn = sock.authorized ? (sock.getPeerCertificate().subject?.CN as string | undefined) : undefined;
+      seen.push([req.headers.authorization, cn]);
+      res.setHeader("Content-Type", "application/json");
+      if (seen.length === 1) {
+        res.statusCode = 503;
+        res.setHeader("Retry-After", "0");
+        res.end(JSON.stringify({ error: { code: "backend_unavailable", message: "later", details: {} } }));
+        return;
+      }
+      res.end(JSON.stringify({ tools: [], names: {} }));
+    });
+    await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+    try {
+      const url = `https://127.0.0.1:${(srv.address() as AddressInfo).port}`;
+      let n = 0;
+      const c = new Client(url, "", {
+        tokenProvider: async () => `jwt-${++n}`, backoffMs: 1, maxBackoffMs: 2,
+        tls: { ca: readFileSync(p("ca.pem")), cert: readFileSync(p("client.pem")), key: readFileSync(p("client.key")) },
+      });
+      assert.deepEqual(await c.tools(), []);
+      assert.deepEqual(seen, [["Bearer jwt-1", "agent-7"], ["Bearer jwt-2", "agent-7"]]);
+      // Without the CA, the gateway's certificate is not trusted.
+      await assert.rejects(new Client(url, "k", { tls: {} }).tools());
+    } finally {
+      srv.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
