@@ -15,7 +15,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -139,7 +138,7 @@ func startWithResolver(t *testing.T, d *deployment, dns *dnsServer) *gateway {
 	g := &gateway{dep: d, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	g.cmd = exec.Command(unshare, args...)
 	g.cmd.Dir, g.cmd.Env = d.dir, d.env
-	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	g.cmd.SysProcAttr = dieWithParent()
 	g.cmd.Stdout = g.stdout
 	errPipe, err := g.cmd.StderrPipe()
 	if err != nil {

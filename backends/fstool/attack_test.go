@@ -352,15 +352,6 @@ func TestAttackRace(t *testing.T) {
 	runAttackRace(t, attackDuration())
 }
 
-// TestAttackRaceNoOpenat2 runs the race on the O_NOFOLLOW walk used where
-// openat2 is missing. Not parallel: it switches the fallback on for the
-// package while it runs (parallel tests wait for it).
-func TestAttackRaceNoOpenat2(t *testing.T) {
-	noOpenat2.Store(true)
-	defer noOpenat2.Store(false)
-	runAttackRace(t, attackDuration()/2)
-}
-
 // TestSecretNamesAtEveryDepth: secret-shaped names five and more levels
 // below the grant are refused by name (fs_denied naming the rule) for
 // reads, writes and patches, in either path form, and skipped silently by

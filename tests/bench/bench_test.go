@@ -164,17 +164,28 @@ func TestCoordinatedOmission(t *testing.T) {
 	if closed.Ops < 1000 {
 		t.Skipf("machine too slow for the comparison (%d closed-loop ops)", closed.Ops)
 	}
-	if p := closed.Percentile(99.9); p > stall/3 {
-		t.Errorf("closed loop p99.9 = %s: the one stalled request should not reach it", p)
+	// Counted, not timed: a loaded machine adds its own pauses to both
+	// loops, but only the open loop turns one stall into many late
+	// requests. Closed loop, the stall is one sample; open loop, every
+	// request due during it is late (~300 of ~1500).
+	slow := func(st *LoadStats) int64 { return countAtLeast(st, stall*2/3) }
+	if n := slow(closed); n > 3 {
+		t.Errorf("closed loop: %d requests took ≥ %s; the one stall should be one sample", n, stall*2/3)
 	}
-	// ~300 of ~1500 open-loop requests were due during the stall, late by
-	// 0..300 ms: the top 1% waited most of it.
-	if p := open.Percentile(99.9); p < stall*2/3 {
-		t.Errorf("open loop p99.9 = %s, want ≥ %s: the stall is not corrected for", p, stall*2/3)
+	if n := slow(open); n < 20 || n < 10*slow(closed) {
+		t.Errorf("open loop: %d requests took ≥ %s (closed loop %d): the stall is not corrected for", n, stall*2/3, slow(closed))
 	}
-	if p := open.Percentile(99); p < stall/2 {
-		t.Errorf("open loop p99 = %s, want ≥ %s", p, stall/2)
+}
+
+// countAtLeast is how many recorded latencies are at least d.
+func countAtLeast(st *LoadStats, d time.Duration) int64 {
+	var n int64
+	for _, b := range st.Histogram.Distribution() {
+		if time.Duration(b.From)*time.Microsecond >= d {
+			n += b.Count
+		}
 	}
+	return n
 }
 
 func TestOpenLoopDropsWhenFarBehind(t *testing.T) {

@@ -138,6 +138,33 @@ class Limits:
 
 
 @dataclass
+class ArgInsert:
+    """Forced arguments the gateway inserts before the caller's argument at."""
+
+    at: int = 0
+    args: List[str] = field(default_factory=list)
+
+
+@dataclass
+class PathArg:
+    """A caller argument that names a path (value: the part after "=")."""
+
+    index: int = 0
+    value: Optional[bool] = None
+
+
+@dataclass
+class ExecPlan:
+    """The Exec part of a decision or scope: forced arguments, path
+    arguments and the exec restriction."""
+
+    insert: Optional[List[ArgInsert]] = None
+    path_args: Optional[List[PathArg]] = None
+    exec_restrict: Optional[bool] = None
+    exec_allow: Optional[List[str]] = None
+
+
+@dataclass
 class Decision:
     allow: bool = False
     reasons: List[str] = field(default_factory=list)
@@ -148,6 +175,7 @@ class Decision:
     policy_revision: str = ""
     fs_deny: Optional[List[str]] = None
     rule_ids: Optional[List[str]] = None
+    exec: Optional[ExecPlan] = None
 
 
 @dataclass
@@ -158,6 +186,8 @@ class Scope:
     limits: Optional[Limits] = None
     backend: Optional[str] = None
     fs_deny: Optional[List[str]] = None
+    exec: Optional[ExecPlan] = None
+    memory_limit: Optional[str] = None
 
 
 @dataclass
@@ -258,7 +288,7 @@ WIRE_TYPES: Dict[str, Any] = {
     c.__name__: c
     for c in (
         Error, ErrorBody, ToolCallRequest, ToolOutput, DecisionResult, ToolCallResponse, FSGrant,
-        Network, EnvPolicy, Limits, Decision, Scope, ReasonSource, DryRunResponse, NetworkStats,
+        Network, EnvPolicy, Limits, ArgInsert, PathArg, ExecPlan, Decision, Scope, ReasonSource, DryRunResponse, NetworkStats,
         Outcome, ReceiptChain, Receipt, ReceiptList, FunctionSpec, FunctionTool, ToolList,
     )
 }

@@ -72,6 +72,24 @@ export interface Limits {
   max_output_bytes?: number;
 }
 
+export interface ArgInsert {
+  at: number;
+  args: string[] | null;
+}
+
+export interface PathArg {
+  index: number;
+  value?: boolean;
+}
+
+/** The Exec part of a decision or scope: forced arguments, path arguments and the exec restriction. */
+export interface ExecPlan {
+  insert?: ArgInsert[] | null;
+  path_args?: PathArg[] | null;
+  exec_restrict?: boolean;
+  exec_allow?: string[] | null;
+}
+
 export interface Decision {
   allow: boolean;
   reasons: string[];
@@ -82,6 +100,7 @@ export interface Decision {
   policy_revision: string;
   fs_deny?: string[];
   rule_ids?: string[];
+  exec?: ExecPlan;
 }
 
 export interface Scope {
@@ -91,6 +110,8 @@ export interface Scope {
   limits: Limits;
   backend?: string;
   fs_deny?: string[];
+  exec?: ExecPlan;
+  memory_limit?: string;
 }
 
 export interface ReasonSource {
