@@ -96,7 +96,8 @@ const hostsData = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopba
 
 // args builds bwrap's argv (without argv[0]) for profile p. Order matters:
 // later mounts cover earlier ones, so system, then private dirs, then the
-// grants parents-first, then the deny overlays on top of everything.
+// grants parents-first, then the autorun guard's read-only binds, then the
+// deny overlays on top of everything.
 func (l layout) args(p sandbox.Profile, f fds, argv []string) []string {
 	a := []string{
 		"--die-with-parent", "--new-session",
@@ -142,11 +143,20 @@ func (l layout) args(p sandbox.Profile, f fds, argv []string) []string {
 			a = append(a, "--ro-bind", g.path, g.path)
 		}
 	}
+	// Files that run later for someone else, inside read-write grants,
+	// stay as they are (the autorun guard).
+	for _, g := range p.AutorunReadOnly {
+		a = append(a, "--ro-bind", g, g)
+	}
+	// Each overlay is preceded by a bind of the path onto itself: bwrap
+	// creates a missing mount point, so without it a secret moved away
+	// since the profile was computed would leave an empty file in its
+	// place; with it, bwrap fails the call ("Can't find source path").
 	for _, d := range p.DenyDirs {
-		a = append(a, "--perms", "0000", "--tmpfs", d, "--remount-ro", d)
+		a = append(a, "--ro-bind", d, d, "--perms", "0000", "--tmpfs", d, "--remount-ro", d)
 	}
 	for _, file := range p.DenyFiles {
-		a = append(a, "--ro-bind", "/dev/null", file)
+		a = append(a, "--ro-bind", file, file, "--ro-bind", "/dev/null", file)
 	}
 	// The root itself is bwrap's tmpfs: read-only, so that nothing but the
 	// rw grants, /tmp, /var/tmp and HOME can be written.

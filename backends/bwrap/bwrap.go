@@ -50,7 +50,8 @@ type Options struct {
 	// created, instead of running with only the timeout to stop a fork
 	// bomb.
 	RequirePidsLimit bool
-	// Profile tunes the deny-overlay search.
+	// Profile tunes the search of the granted trees for secrets and
+	// autorun files (its budget, the trees skipped).
 	Profile sandbox.ProfileOptions
 	// Resolver resolves allowed names for the egress proxy. Default: the
 	// system resolver.
@@ -65,6 +66,8 @@ type Runner struct {
 	proc    *process.Runner
 	layout  layout
 	cgroups *cgroup.Parent
+	// cache keeps the granted trees searched and watched between calls.
+	cache *sandbox.Cache
 }
 
 // Name is the backend name recorded in the enforced scope and the receipt.

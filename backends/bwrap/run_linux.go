@@ -46,6 +46,7 @@ func New(opts Options) *Runner {
 	if len(r.opts.Profile.SkipScan) == 0 {
 		r.opts.Profile.SkipScan = []string{"/usr", "/etc", "/opt", "/var/lib", "/nix"}
 	}
+	r.cache = sandbox.NewCache(r.opts.Profile)
 	r.proc = process.New(process.Options{Logger: r.log, HelperPath: opts.HelperPath})
 	r.layout = detectLayout()
 	if r.opts.PidsMax > 0 {
@@ -58,20 +59,50 @@ func New(opts Options) *Runner {
 	return r
 }
 
+// maxBuildAttempts bounds how many times one call's sandbox is built when
+// its granted tree keeps changing under it before the program starts
+// (sandbox.ErrTreeChanged): past it the call fails, nothing having run.
+const maxBuildAttempts = 4
+
 // Run executes spec inside bubblewrap. The error is for a run that could not
 // start or whose sandbox could not be set up (the program never ran); it
-// wraps sandbox.ErrUnsafePath when a grant or deny path is unsafe to mount.
+// wraps sandbox.ErrUnsafePath when a grant or deny path is unsafe to mount,
+// when the granted trees are too large to search for secrets
+// (sandbox.ErrScanBudget), or when they kept changing while the sandbox was
+// built (sandbox.ErrTreeChanged).
 func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
-	prof, err := sandbox.BuildProfile(spec, r.opts.Profile)
-	if err != nil {
-		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
-	}
 	if len(spec.Argv) == 0 {
 		return sandbox.Result{}, errors.New("bwrap: empty argv")
 	}
 	if _, err := os.Stat(r.bwrap); err != nil {
 		return sandbox.Result{}, fmt.Errorf("bwrap: %s: %w", r.bwrap, err)
 	}
+	for attempt := 1; ; attempt++ {
+		res, err := r.runOnce(ctx, spec)
+		if err == nil || !errors.Is(err, sandbox.ErrTreeChanged) || attempt == maxBuildAttempts || ctx.Err() != nil {
+			return res, err
+		}
+		r.log.DebugContext(ctx, "bwrap: granted tree changed while the sandbox was built; building it again", "attempt", attempt, "error", err)
+	}
+}
+
+// runOnce builds the sandbox from the scan cache and runs the program in it.
+// Once bwrap has every mount in place, and before the program starts, the
+// profile's window is verified: a change in the granted trees since the
+// profile was computed that could leave a mask on the wrong file discards
+// this sandbox (ErrTreeChanged). After the run, the autorun guard moves
+// aside what the program planted.
+func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	prof, win, err := r.cache.Build(spec)
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
+	}
+	released := false
+	defer func() {
+		if !released {
+			win.Close()
+		}
+	}()
 
 	var files openFiles
 	defer files.closeAll()
@@ -181,6 +212,14 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 	}
 
 	st := &statusReader{cg: cg, block: blockW, limits: limits}
+	if win.Active() {
+		st.gate = func(pid int) error {
+			if err := awaitBlocked(ctx, pid, f.block); err != nil {
+				return fmt.Errorf("bwrap: waiting for the sandbox's mounts: %w", err)
+			}
+			return win.Verify()
+		}
+	}
 	statusDone := make(chan struct{})
 	go func() {
 		defer close(statusDone)
@@ -195,6 +234,15 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 	if net != nil {
 		stats := net.finish()
 		res.Network = &stats
+	}
+	if st.wasReleased() {
+		// The program may have run: the guard looks at what it left.
+		released = true
+		res.Autorun = win.Finish()
+		for _, ch := range res.Autorun {
+			r.log.WarnContext(ctx, "bwrap: autorun guard: the run created or replaced a file that runs later for someone else",
+				"path", ch.Path, "reason", ch.Reason, "moved_to", ch.QuarantinedAs, "error", ch.Error)
+		}
 	}
 	if runErr != nil {
 		return sandbox.Result{}, fmt.Errorf("bwrap: %w", runErr)
@@ -250,11 +298,15 @@ type statusReader struct {
 	cg     *cgroup.Call
 	block  *os.File
 	limits []process.Rlimit
+	// gate, when set, runs after the limits and the cgroup and before the
+	// child is released; an error kills the child instead.
+	gate func(pid int) error
 
-	mu      sync.Mutex
-	err     error
-	code    int
-	gotExit bool
+	mu       sync.Mutex
+	err      error
+	code     int
+	gotExit  bool
+	released bool
 }
 
 func (s *statusReader) read(rd io.Reader) {
@@ -307,11 +359,27 @@ func (s *statusReader) release(pid int) error {
 			return err
 		}
 	}
+	if s.gate != nil {
+		if err := s.gate(pid); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.released = true
+	s.mu.Unlock()
 	if _, err := s.block.Write([]byte{'1'}); err != nil {
 		return fmt.Errorf("bwrap: releasing the sandbox: %w", err)
 	}
 	_ = s.block.Close()
 	return nil
+}
+
+// wasReleased reports whether the child was let go (the program may have
+// run).
+func (s *statusReader) wasReleased() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.released
 }
 
 func (s *statusReader) setErr(err error) {

@@ -363,7 +363,7 @@ func (c *Cache) guardSnapshot(grants []wire.FSGrant, roots []string) *guardSnap 
 			if t, err := filepath.EvalSymlinks(path); err == nil {
 				var sb unix.Stat_t
 				if unix.Lstat(t, &sb) == nil {
-					e.target = ident{uint64(sb.Dev), uint64(sb.Ino), modeOf(sb.Mode)}
+					e.target = ident{uint64(sb.Dev), uint64(sb.Ino), modeOf(uint32(sb.Mode))}
 				}
 			}
 		}
@@ -433,7 +433,7 @@ func (gs *guardSnap) protects(path string, now *guardSnap) bool {
 				return true
 			}
 			var sb unix.Stat_t
-			if unix.Lstat(dir, &sb) == nil && (ident{uint64(sb.Dev), uint64(sb.Ino), modeOf(sb.Mode)}) == was {
+			if unix.Lstat(dir, &sb) == nil && (ident{uint64(sb.Dev), uint64(sb.Ino), modeOf(uint32(sb.Mode))}) == was {
 				return true
 			}
 		}
@@ -489,7 +489,7 @@ func quarantine(grant, path string, want ident) (string, error) {
 	if err := unix.Fstatat(fd, base, &sb, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return "", err
 	}
-	if (ident{uint64(sb.Dev), uint64(sb.Ino), modeOf(sb.Mode)}) != want {
+	if (ident{uint64(sb.Dev), uint64(sb.Ino), modeOf(uint32(sb.Mode))}) != want {
 		return "", errors.New("it changed again before it could be moved aside")
 	}
 	tag := make([]byte, 4)
@@ -500,3 +500,7 @@ func quarantine(grant, path string, want ident) (string, error) {
 	}
 	return filepath.Join(filepath.Dir(path), name), nil
 }
+
+// Active reports whether Verify has anything to check: the call has
+// searched trees and the cache watches them.
+func (w *Window) Active() bool { return w != nil && len(w.roots) > 0 }

@@ -36,3 +36,6 @@ func (*Window) Finish() []AutorunChange      { return nil }
 func (*Cache) Build(Spec) (Profile, *Window, error) {
 	return Profile{}, nil, fmt.Errorf("sandbox: not supported on this system: %w", ErrUnsafePath)
 }
+
+// Active: see build.go.
+func (*Window) Active() bool { return false }

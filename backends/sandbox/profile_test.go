@@ -81,7 +81,7 @@ func TestBuildProfile(t *testing.T) {
 			t.Errorf("%s: err %v, want ErrUnsafePath", name, err)
 		}
 	}
-	if _, err := BuildProfile(spec, ProfileOptions{UserHome: home, MaxScanEntries: 3}); (!errors.Is(err, ErrUnsafePath) || !errors.Is(err, ErrScanBudget)) {
+	if _, err := BuildProfile(spec, ProfileOptions{UserHome: home, MaxScanEntries: 3}); !errors.Is(err, ErrUnsafePath) || !errors.Is(err, ErrScanBudget) {
 		t.Errorf("scan budget exhausted: err %v, want a refusal", err)
 	}
 	sshLinkHome := mk("home/y")

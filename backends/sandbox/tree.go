@@ -139,6 +139,9 @@ type Cache struct {
 	roots    map[string]time.Time // scanned grant roots, last used
 	windows  map[*Window]struct{}
 	gen      uint64 // counts applied changes
+	// lastEvict is when evict last looked at the whole cache.
+	lastEvict time.Time
+	dirbuf    []byte // getdents buffer, used under mu
 }
 
 // NewCache returns a cache that watches the trees it scans. When the OS
@@ -168,7 +171,8 @@ func newCache(opts ProfileOptions) *Cache {
 	if opts.MaxScanDirs <= 0 {
 		opts.MaxScanDirs = DefaultMaxScanDirs
 	}
-	c := &Cache{opts: opts, now: time.Now, euid: os.Geteuid(), roots: map[string]time.Time{}, windows: map[*Window]struct{}{}}
+	c := &Cache{opts: opts, now: time.Now, euid: os.Geteuid(), roots: map[string]time.Time{}, windows: map[*Window]struct{}{},
+		dirbuf: make([]byte, 32<<10)}
 	c.clear()
 	return c
 }
@@ -234,8 +238,7 @@ func (c *Cache) scanAt(parentFD int, name, path string, parent *node, st autorun
 	case err != nil:
 		return nil, &scanError{fmt.Errorf("sandbox: opening %s to search it for secrets: %w", path, err)}
 	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
+	defer unix.Close(fd)
 	var sb unix.Stat_t
 	if err := unix.Fstat(fd, &sb); err != nil {
 		return nil, &scanError{fmt.Errorf("sandbox: %s: %w", path, err)}
@@ -273,7 +276,7 @@ func (c *Cache) scanAt(parentFD int, name, path string, parent *node, st autorun
 	if b.over() {
 		return n, b.err()
 	}
-	ents, err := f.ReadDir(-1)
+	ents, err := readDir(fd, c.dirbuf)
 	if err != nil {
 		return n, &scanError{fmt.Errorf("sandbox: listing %s to search it for secrets: %w", path, err)}
 	}
@@ -284,9 +287,9 @@ func (c *Cache) scanAt(parentFD int, name, path string, parent *node, st autorun
 		return n, b.err()
 	}
 	for _, e := range ents {
-		sub, err := c.entry(fd, n, e.Name(), e.Type(), b)
+		sub, err := c.entry(fd, n, e.name, e.typ, b)
 		if sub != nil {
-			n.dirs[e.Name()] = sub
+			n.dirs[e.name] = sub
 			n.subEntries += sub.subEntries
 			n.subDirs += sub.subDirs
 		}
@@ -306,6 +309,14 @@ func (c *Cache) entry(fd int, n *node, name string, typ fs.FileMode, b *budget) 
 	}
 	secret := SecretFileName(name)
 	guarded, st := n.state.child(name)
+	if typ == fs.ModeIrregular {
+		// The file system did not say: look.
+		var sb unix.Stat_t
+		if err := unix.Fstatat(fd, name, &sb, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return nil, nil
+		}
+		typ = modeOf(uint32(sb.Mode))
+	}
 	if name == ".git" && typ&fs.ModeDir == 0 {
 		// A .git file (gitdir: pointer) or symlink chooses the repository
 		// whose config and hooks run: guarded like them.
@@ -314,7 +325,7 @@ func (c *Cache) entry(fd int, n *node, name string, typ fs.FileMode, b *budget) 
 	if secret || guarded {
 		var sb unix.Stat_t
 		if err := unix.Fstatat(fd, name, &sb, unix.AT_SYMLINK_NOFOLLOW); err == nil {
-			s := &special{path: path, secret: secret, guard: guarded, mode: modeOf(sb.Mode), dev: uint64(sb.Dev), ino: uint64(sb.Ino)}
+			s := &special{path: path, secret: secret, guard: guarded, mode: modeOf(uint32(sb.Mode)), dev: uint64(sb.Dev), ino: uint64(sb.Ino)}
 			n.specials[name] = s
 			if secret {
 				c.secrets[path] = s
@@ -555,8 +566,7 @@ func (c *Cache) refresh(n *node, dirty map[*node]bool) error {
 		}
 		return err
 	}
-	f := os.NewFile(uintptr(fd), n.path)
-	defer f.Close()
+	defer unix.Close(fd)
 	var sb unix.Stat_t
 	if err := unix.Fstat(fd, &sb); err != nil {
 		return err
@@ -571,7 +581,7 @@ func (c *Cache) refresh(n *node, dirty map[*node]bool) error {
 		}
 		return errors.New("root replaced")
 	}
-	ents, err := f.ReadDir(-1)
+	ents, err := readDir(fd, c.dirbuf)
 	if err != nil {
 		return err
 	}
@@ -581,7 +591,7 @@ func (c *Cache) refresh(n *node, dirty map[*node]bool) error {
 	seen := make(map[string]bool, len(n.dirs))
 	b := &budget{maxEntries: c.capEntries(), maxDirs: c.capDirs(), root: n.path}
 	for _, e := range ents {
-		name := e.Name()
+		name := e.name
 		if old := n.dirs[name]; old != nil {
 			var st unix.Stat_t
 			if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && uint64(st.Ino) == old.ino && uint64(st.Dev) == old.dev && !SecretFileName(name) {
@@ -593,7 +603,7 @@ func (c *Cache) refresh(n *node, dirty map[*node]bool) error {
 			}
 			c.drop(old, -1)
 		}
-		sub, err := c.entry(fd, n, name, e.Type(), b)
+		sub, err := c.entry(fd, n, name, e.typ, b)
 		if sub != nil {
 			seen[name] = true
 			if sub.parent == n && n.dirs[name] != sub {
@@ -624,7 +634,7 @@ func (c *Cache) classifyOnly(fd int, n *node, name string) {
 	if unix.Fstatat(fd, name, &sb, unix.AT_SYMLINK_NOFOLLOW) != nil {
 		return
 	}
-	s := &special{path: n.path + "/" + name, secret: secret, guard: guarded, mode: modeOf(sb.Mode), dev: uint64(sb.Dev), ino: uint64(sb.Ino)}
+	s := &special{path: n.path + "/" + name, secret: secret, guard: guarded, mode: modeOf(uint32(sb.Mode)), dev: uint64(sb.Dev), ino: uint64(sb.Ino)}
 	n.specials[name] = s
 	if secret {
 		c.secrets[s.path] = s
@@ -675,7 +685,7 @@ func (c *Cache) ensure(root string, b *budget) error {
 	if !fi.IsDir() {
 		return nil // a file grant: nothing below it
 	}
-	parent, err := unix.Open(filepath.Dir(root), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_PATH, 0)
+	parent, err := unix.Open(filepath.Dir(root), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|oPath, 0)
 	if err != nil {
 		return fmt.Errorf("sandbox: grant %s: %w", root, err)
 	}
@@ -715,6 +725,12 @@ func (c *Cache) reprobe(roots []string) {
 // used ones past the cache's cap, but never one an open window uses.
 func (c *Cache) evict(keep []string) {
 	now := c.now()
+	// Idleness is counted in minutes: looking once a second is enough, and
+	// keeps the hot path from visiting every tree on every call.
+	if now.Sub(c.lastEvict) < time.Second && now.After(c.lastEvict) {
+		return
+	}
+	c.lastEvict = now
 	inUse := func(r string) bool {
 		if slicesContains(keep, r) {
 			return true

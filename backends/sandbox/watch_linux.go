@@ -1,8 +1,11 @@
 package sandbox
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strconv"
 	"unsafe"
 
@@ -127,4 +130,70 @@ func (w *inotify) close() { unix.Close(w.fd) }
 // failing rather than replace an existing new.
 func renameNoReplace(dirfd int, old, new string) error {
 	return unix.Renameat2(dirfd, old, dirfd, new, unix.RENAME_NOREPLACE)
+}
+
+// dirent is one directory entry as getdents64 reports it.
+type dirent struct {
+	name string
+	typ  fs.FileMode // type bits; fs.ModeIrregular when the file system did not say
+}
+
+// readDir lists the directory open at fd with getdents64 into buf (reused
+// between calls), without the os.File machinery a scan of thousands of
+// directories would pay for each.
+func readDir(fd int, buf []byte) ([]dirent, error) {
+	var out []dirent
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return out, nil
+		}
+		for off := 0; off < n; {
+			// struct linux_dirent64 { u64 d_ino; s64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+			if off+19 > n {
+				return nil, errors.New("getdents64: truncated entry")
+			}
+			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
+			if reclen < 19 || off+reclen > n {
+				return nil, errors.New("getdents64: bad record length")
+			}
+			typ := buf[off+18]
+			name := buf[off+19 : off+reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			off += reclen
+			if len(name) == 0 || (name[0] == '.' && (len(name) == 1 || (len(name) == 2 && name[1] == '.'))) {
+				continue
+			}
+			out = append(out, dirent{name: string(name), typ: direntType(typ)})
+		}
+	}
+}
+
+func direntType(t byte) fs.FileMode {
+	switch t {
+	case unix.DT_DIR:
+		return fs.ModeDir
+	case unix.DT_REG:
+		return 0
+	case unix.DT_LNK:
+		return fs.ModeSymlink
+	case unix.DT_FIFO:
+		return fs.ModeNamedPipe
+	case unix.DT_SOCK:
+		return fs.ModeSocket
+	case unix.DT_CHR:
+		return fs.ModeDevice | fs.ModeCharDevice
+	case unix.DT_BLK:
+		return fs.ModeDevice
+	default:
+		return fs.ModeIrregular
+	}
 }
