@@ -215,6 +215,11 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 	if win.Active() {
 		st.gate = func(pid int) error {
 			if err := awaitBlocked(ctx, pid, f.block); err != nil {
+				// bwrap fails when a mount source vanished (a tree change
+				// since the profile): then build again.
+				if verr := win.Verify(); errors.Is(verr, sandbox.ErrTreeChanged) {
+					return verr
+				}
 				return fmt.Errorf("bwrap: waiting for the sandbox's mounts: %w", err)
 			}
 			return win.Verify()

@@ -277,7 +277,7 @@ func (w *Window) Finish() []AutorunChange {
 	}
 	b := &budget{maxEntries: c.capEntries(), maxDirs: c.capDirs()}
 	for _, r := range w.guard.roots {
-		if err := c.ensure(r, b); err != nil {
+		if err := c.ensure(r, b); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return []AutorunChange{{Path: r, Reason: "the autorun guard could not search the grant after the run", Error: err.Error()}}
 		}
 	}

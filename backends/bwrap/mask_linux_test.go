@@ -1,0 +1,240 @@
+package bwrap
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/portcullis/portcullis/backends/sandbox"
+	"github.com/portcullis/portcullis/wire"
+)
+
+func writeAll(t *testing.T, files map[string]string) {
+	t.Helper()
+	for p, c := range files {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func deepDir(root string, n int) string {
+	p := root
+	for i := range n {
+		p = filepath.Join(p, "l"+string(rune('a'+i%26)))
+	}
+	return p
+}
+
+// TestMaskEveryDepthAcrossCalls: one Exec moves secrets around its rw grant
+// (a directory holding a .env 5 and 10 levels down, a parent renamed) and
+// the next Exec, on the same runner and warm cache, cannot read any of it;
+// a secret created deep in the tree by someone else after the cache warmed
+// is hidden on the next call.
+func TestMaskEveryDepthAcrossCalls(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	f := newFixture(t)
+	writeAll(t, map[string]string{
+		filepath.Join(f.rw, "a/.env"):           f.secret,
+		filepath.Join(f.rw, "b/cfg/.env"):       f.secret,
+		filepath.Join(f.rw, "c/keys/server.key"): f.secret,
+	})
+	r := f.runner()
+	scope := f.scope(wire.PostureOff)
+	// Warm the cache and check the start.
+	if res := sh(t, r, scope, "cat "+f.rw+"/a/.env "+f.rw+"/b/cfg/.env "+f.rw+"/c/keys/server.key; echo done"); strings.Contains(res.Stdout, f.secret) {
+		t.Fatalf("secret readable before any move: %q", res.Stdout)
+	}
+	d5, d10 := deepDir(f.rw+"/m5", 5), deepDir(f.rw+"/m10", 10)
+	script := "mkdir -p " + d5 + " " + d10 + " && mv " + f.rw + "/b/cfg " + d5 + "/cfg && mv " + f.rw + "/c " + d10 + "/c && mv " + f.rw + "/a " + f.rw + "/a2 && " +
+		// The .env itself is a mount point here: moving it fails (EBUSY).
+		"(mv " + f.rw + "/a2/.env " + d10 + "/.env 2>&1 || true); echo moved"
+	res := sh(t, r, scope, script)
+	if !strings.Contains(res.Stdout, "moved") {
+		t.Fatalf("mover: %q %q", res.Stdout, res.Stderr)
+	}
+	// Someone else plants a secret 12 levels down after the cache warmed.
+	late := filepath.Join(deepDir(f.rw+"/late", 12), ".env.local")
+	writeAll(t, map[string]string{late: f.secret})
+
+	res = sh(t, r, scope, "for f in $(find "+f.rw+" -name '.env*' -o -name '*.key'); do echo \"$f\"; cat \"$f\"; done; echo end")
+	if strings.Contains(res.Stdout, f.secret) {
+		t.Fatalf("a moved or late secret is readable in the next call:\n%s", res.Stdout)
+	}
+	for _, want := range []string{d5 + "/cfg/.env", d10 + "/c/keys/server.key", f.rw + "/a2/.env", late} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("%s not listed (the test did not move it?):\n%s", want, res.Stdout)
+		}
+	}
+}
+
+// TestMaskedFileTricks: inside one call, what a program can do to a masked
+// file in its rw grant does not reveal it: hard link (cross-device), rename
+// or delete it (a mount point), rename its parent (the mask follows),
+// bind-mount over it (no mount rights, seccomp).
+func TestMaskedFileTricks(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	f := newFixture(t)
+	writeAll(t, map[string]string{filepath.Join(f.rw, "p/q/.env"): f.secret})
+	r := f.runner()
+	scope := f.scope(wire.PostureOff)
+	script := `cd ` + f.rw + `
+ln p/q/.env hl 2>/dev/null && echo "link: $(cat hl)"
+mv p/q/.env moved 2>/dev/null && echo "mv: $(cat moved)"
+rm -f p/q/.env 2>/dev/null
+mv p p2 && echo "parent: $(cat p2/q/.env)"
+mv p2/q q3 && echo "grandparent: $(cat q3/.env)"
+cp q3/.env copy 2>/dev/null; echo "copy: $(cat copy 2>/dev/null)"
+/usr/bin/python3 -c "import ctypes; l=ctypes.CDLL(None); print('mount', l.mount(b'/usr/bin', b'` + f.rw + `/q3/.env', None, 4096, None))" 2>&1
+echo "after: $(cat q3/.env)"
+`
+	res := sh(t, r, scope, script)
+	if strings.Contains(res.Stdout+res.Stderr, f.secret) {
+		t.Fatalf("the masked secret leaked:\n%s\n%s", res.Stdout, res.Stderr)
+	}
+	if !strings.Contains(res.Stdout, "parent: \n") && !strings.Contains(res.Stdout, "parent: ") {
+		t.Errorf("rename of the parent failed: %q %q", res.Stdout, res.Stderr)
+	}
+	// On the host, the secret is where the renames put it, untouched.
+	if b, err := os.ReadFile(filepath.Join(f.rw, "q3/.env")); err != nil || string(b) != f.secret {
+		t.Errorf("host copy: %q %v", b, err)
+	}
+	// And the next call finds it there.
+	if res := sh(t, r, scope, "cat "+f.rw+"/q3/.env; echo end"); strings.Contains(res.Stdout, f.secret) {
+		t.Errorf("next call reads the renamed secret: %q", res.Stdout)
+	}
+}
+
+// TestMaskRaceRenameParent: one long Exec renames the parent of a secret
+// back and forth while other Execs in the same grant try to read it under
+// either name. Every call either runs with the secret masked or is refused
+// (the tree kept changing while its sandbox was built); none reads it.
+func TestMaskRaceRenameParent(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	f := newFixture(t)
+	writeAll(t, map[string]string{filepath.Join(f.rw, "x/in/.env"): f.secret})
+	r := f.runner()
+	scope := f.scope(wire.PostureOff)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s := spec(scope, "/bin/sh", "-c", "cd "+f.rw+"; while :; do mv x y; mv y x; done")
+		s.Timeout = 60 * time.Second
+		_, _ = r.Run(ctx, s)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	var ran, refused atomic.Int32
+	deadline := time.Now().Add(6 * time.Second)
+	for time.Now().Before(deadline) || ran.Load() < 3 {
+		if time.Now().After(deadline.Add(30 * time.Second)) {
+			break
+		}
+		res, err := r.Run(context.Background(), spec(scope, "/bin/sh", "-c", "cat "+f.rw+"/x/in/.env "+f.rw+"/y/in/.env 2>/dev/null; echo end"))
+		if err != nil {
+			if !errors.Is(err, sandbox.ErrTreeChanged) {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			refused.Add(1)
+			continue
+		}
+		ran.Add(1)
+		if strings.Contains(res.Stdout, f.secret) {
+			t.Fatalf("the secret was read while its parent was being renamed:\n%s", res.Stdout)
+		}
+	}
+	cancel()
+	wg.Wait()
+	t.Logf("%d calls ran with the secret masked, %d were refused as the tree kept changing", ran.Load(), refused.Load())
+	// The secret itself is intact on the host, under one of the names. (A
+	// sandbox discarded in the race may leave an empty mount point at the
+	// other name: bwrap creates missing mount points; see docs/sandbox.md.)
+	found := false
+	_ = filepath.WalkDir(f.rw, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Name() == ".env" {
+			if b, err := os.ReadFile(p); err == nil && string(b) == f.secret {
+				found = true
+			}
+		}
+		return nil
+	})
+	if !found {
+		t.Error("the secret is gone from the host")
+	}
+}
+
+// TestAutorunGuardExec: in a rw grant, existing guarded files cannot be
+// changed; new ones are moved aside after the run and reported;
+// allow_autorun lifts both.
+func TestAutorunGuardExec(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	f := newFixture(t)
+	writeAll(t, map[string]string{
+		filepath.Join(f.rw, ".bashrc"):                    "# orig\n",
+		filepath.Join(f.rw, "repo/.git/config"):           "[core]\n",
+		filepath.Join(f.rw, "repo/.git/hooks/pre-commit"): "#!/bin/sh\n",
+		filepath.Join(f.rw, "repo/src/main.go"):           "package main\n",
+	})
+	r := f.runner()
+	scope := f.scope(wire.PostureOff)
+	script := `cd ` + f.rw + `
+for p in .bashrc repo/.git/config repo/.git/hooks/pre-commit; do echo evil >> $p 2>/dev/null && echo "wrote $p"; done
+echo new > repo/.git/hooks/post-checkout 2>/dev/null && echo "wrote hook"
+echo ok >> repo/src/main.go && echo "wrote src"
+mkdir -p newrepo/.git/hooks && echo evil > newrepo/.git/hooks/pre-commit && echo "planted"
+mkdir -p .github/workflows && echo evil > .github/workflows/x.yml && echo "planted ci"
+`
+	res := sh(t, r, scope, script)
+	for _, bad := range []string{"wrote .bashrc", "wrote repo/.git/config", "wrote repo/.git/hooks/pre-commit", "wrote hook"} {
+		if strings.Contains(res.Stdout, bad) {
+			t.Errorf("%s: an existing guarded file was writable", bad)
+		}
+	}
+	if !strings.Contains(res.Stdout, "wrote src") || !strings.Contains(res.Stdout, "planted") {
+		t.Fatalf("ordinary writes failed: %q %q", res.Stdout, res.Stderr)
+	}
+	got := map[string]bool{}
+	for _, ch := range res.Autorun {
+		got[strings.TrimPrefix(ch.Path, f.rw+"/")] = ch.QuarantinedAs != ""
+	}
+	for _, want := range []string{"newrepo/.git/hooks", ".github/workflows"} {
+		if !got[want] {
+			t.Errorf("%s not moved aside: %+v", want, res.Autorun)
+		}
+		if _, err := os.Lstat(filepath.Join(f.rw, want)); err == nil {
+			t.Errorf("%s still in place on the host", want)
+		}
+	}
+	if we := sandbox.AutorunRefusal(res.Autorun); we == nil || we.Code != wire.CodeFSDenied {
+		t.Errorf("refusal: %+v", we)
+	}
+
+	allow := f.scope(wire.PostureOff)
+	for i := range allow.FSGrants {
+		if allow.FSGrants[i].Path == f.rw {
+			allow.FSGrants[i].AllowAutorun = true
+		}
+	}
+	res = sh(t, r, allow, "cd "+f.rw+" && echo added >> .bashrc && echo x > repo/.git/hooks/post-merge && echo done")
+	if !strings.Contains(res.Stdout, "done") || len(res.Autorun) != 0 {
+		t.Errorf("allow_autorun: %q %q %+v", res.Stdout, res.Stderr, res.Autorun)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.rw, ".bashrc")); !strings.Contains(string(b), "added") {
+		t.Errorf("allow_autorun: .bashrc not written: %q", b)
+	}
+}
