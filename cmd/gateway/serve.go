@@ -345,7 +345,8 @@ func openStack(ctx context.Context, cfg config.Config, log *slog.Logger) (*stack
 func chooseRunner(ctx context.Context, cfg config.Config, log *slog.Logger) (exectool.Runner, error) {
 	helper := helperPath(log)
 	if cfg.Sandbox.Backend != "process" {
-		r := bwrap.New(bwrap.Options{Logger: log, HelperPath: helper})
+		r := bwrap.New(bwrap.Options{Logger: log, HelperPath: helper, Profile: sandbox.ProfileOptions{
+			MaxScanEntries: cfg.Sandbox.MaskMaxEntries, MaxScanDirs: cfg.Sandbox.MaskMaxDirs}})
 		err := r.Probe(ctx)
 		if err == nil {
 			return r, nil

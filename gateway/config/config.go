@@ -164,6 +164,12 @@ type Principal struct {
 type Sandbox struct {
 	Backend string `yaml:"backend"`
 	Require bool   `yaml:"require"`
+	// MaskMaxEntries and MaskMaxDirs bound the granted trees one call may
+	// cover under bwrap: secret-shaped files are hidden at every depth, so
+	// a call whose trees are larger is refused. 0: the defaults (200000
+	// and 20000).
+	MaskMaxEntries int `yaml:"mask_max_entries"`
+	MaskMaxDirs    int `yaml:"mask_max_dirs"`
 }
 
 // Duration is a time.Duration that also accepts a "d" (days) suffix, since
@@ -472,6 +478,12 @@ func (c *Config) Validate() error {
 	case "auto", "bwrap", "process":
 	default:
 		bad("sandbox.backend", "want auto, bwrap or process, got %q", c.Sandbox.Backend)
+	}
+	if n := c.Sandbox.MaskMaxEntries; n < 0 || n > 10_000_000 {
+		bad("sandbox.mask_max_entries", "want 0 (the default, 200000) to 10000000, got %d", n)
+	}
+	if n := c.Sandbox.MaskMaxDirs; n < 0 || n > 1_000_000 {
+		bad("sandbox.mask_max_dirs", "want 0 (the default, 20000) to 1000000, got %d", n)
 	}
 	if d := c.Tools.Deno; d != "" {
 		if fi, err := os.Stat(d); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
