@@ -180,6 +180,13 @@ func parseFSGrant(v any) (wire.FSGrant, error) {
 	default:
 		return wire.FSGrant{}, fmt.Errorf("alias is %s, not a string", typeName(a))
 	}
+	switch a := obj["allow_autorun"].(type) {
+	case nil:
+	case bool:
+		g.AllowAutorun = a
+	default:
+		return wire.FSGrant{}, fmt.Errorf("allow_autorun is %s, not a boolean", typeName(a))
+	}
 	return g, nil
 }
 
@@ -452,7 +459,15 @@ func astFSGrants(t *ast.Term, d *wire.Decision) bool {
 		if !ok || (alias != "" && (!strings.HasPrefix(alias, "@") || len(alias) == 1 || strings.ContainsAny(alias[1:], "/@") || strings.ContainsRune(alias, 0))) {
 			return false
 		}
-		d.FSGrants = append(d.FSGrants, wire.FSGrant{Path: p, Mode: mode, Alias: alias})
+		allowAutorun := false
+		if t := o.Get(keyTerm("allow_autorun")); t != nil {
+			b, ok := t.Value.(ast.Boolean)
+			if !ok {
+				return false
+			}
+			allowAutorun = bool(b)
+		}
+		d.FSGrants = append(d.FSGrants, wire.FSGrant{Path: p, Mode: mode, Alias: alias, AllowAutorun: allowAutorun})
 	}
 	return true
 }

@@ -86,6 +86,8 @@ func TestDecisionFromASTAgreesWithParseDecision(t *testing.T) {
 		`{"allow": true, "rule_ids": ["has space"]}`,
 		`{"allow": false, "reasons": ["no"], "rule_ids": [""]}`,
 		`{"allow": true, "rule_ids": null}`,
+		`{"allow": true, "fs_grants": [{"path": "/srv/work", "mode": "rw", "allow_autorun": true}, {"path": "/srv/b", "mode": "rw", "allow_autorun": false}]}`,
+		`{"allow": true, "fs_grants": [{"path": "/srv/work", "mode": "rw", "allow_autorun": "yes"}]}`,
 	} {
 		v := ast.MustParseTerm(src).Value
 		x, err := ast.JSON(v)
@@ -101,5 +103,19 @@ func TestDecisionFromASTAgreesWithParseDecision(t *testing.T) {
 		if got, err := decisionOf(ast.NewTerm(v)); err != nil || !cmp.Equal(want, got) {
 			t.Errorf("%s: decisionOf = %+v, %v; want %+v", src, got, err, want)
 		}
+	}
+}
+
+// TestAllowAutorunParsed: a grant's allow_autorun reaches the decision (the
+// autorun guard's per-grant lift); a non-boolean drops the grant.
+func TestAllowAutorunParsed(t *testing.T) {
+	t.Parallel()
+	d := parseDecision(map[string]any{"allow": true, "fs_grants": []any{
+		map[string]any{"path": "/a", "mode": "rw", "allow_autorun": true},
+		map[string]any{"path": "/b", "mode": "rw"},
+		map[string]any{"path": "/c", "mode": "rw", "allow_autorun": "yes"},
+	}})
+	if len(d.FSGrants) != 2 || !d.FSGrants[0].AllowAutorun || d.FSGrants[1].AllowAutorun {
+		t.Errorf("grants %+v, want /a with allow_autorun, /b without, /c dropped", d.FSGrants)
 	}
 }
