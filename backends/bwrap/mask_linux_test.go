@@ -45,8 +45,8 @@ func TestMaskEveryDepthAcrossCalls(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	writeAll(t, map[string]string{
-		filepath.Join(f.rw, "a/.env"):           f.secret,
-		filepath.Join(f.rw, "b/cfg/.env"):       f.secret,
+		filepath.Join(f.rw, "a/.env"):            f.secret,
+		filepath.Join(f.rw, "b/cfg/.env"):        f.secret,
 		filepath.Join(f.rw, "c/keys/server.key"): f.secret,
 	})
 	r := f.runner()
