@@ -38,6 +38,7 @@ func (c *Cache) Build(spec Spec) (Profile, *Window, error) {
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.start()
 	if c.werr != nil {
 		return Profile{}, nil, c.werr
 	}

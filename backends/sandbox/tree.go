@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -147,13 +148,26 @@ type Cache struct {
 // NewCache returns a cache that watches the trees it scans. When the OS
 // cannot watch (inotify unavailable or out of instances), every Build fails
 // rather than build profiles from a stale scan.
+//
+// The watcher (one inotify instance, of which a user has 128 by default) is
+// created at the first Build and released when the cache is closed or
+// garbage collected.
 func NewCache(opts ProfileOptions) *Cache {
-	c := newCache(opts)
-	c.w, c.werr = newWatcher()
-	if c.werr != nil {
-		c.werr = fmt.Errorf("sandbox: cannot watch granted trees for secrets (%w); raise fs.inotify.max_user_instances", c.werr)
+	return newCache(opts)
+}
+
+// start creates the watcher on first use.
+func (c *Cache) start() {
+	if c.w != nil || c.werr != nil {
+		return
 	}
-	return c
+	w, err := newWatcher()
+	if err != nil {
+		c.werr = fmt.Errorf("sandbox: cannot watch granted trees for secrets (%w); raise fs.inotify.max_user_instances", err)
+		return
+	}
+	c.w = w
+	runtime.AddCleanup(c, func(w watcher) { w.close() }, w)
 }
 
 // newUncachedCache scans afresh for every Build and verifies no window:
@@ -192,6 +206,7 @@ func (c *Cache) Close() {
 	if c.w != nil {
 		c.w.close()
 	}
+	c.w = noWatcher{}
 	c.werr = errors.New("sandbox: the scan cache is closed")
 	c.clear()
 }

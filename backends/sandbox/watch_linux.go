@@ -119,12 +119,21 @@ func (w *inotify) reset() error {
 	if err != nil {
 		return fmt.Errorf("inotify_init1: %w", err)
 	}
-	unix.Close(w.fd)
+	if w.fd >= 0 {
+		unix.Close(w.fd)
+	}
 	w.fd = fd
 	return nil
 }
 
-func (w *inotify) close() { unix.Close(w.fd) }
+// close releases the instance; it is called again by the cache's cleanup
+// after Close, so only once does it close a descriptor.
+func (w *inotify) close() {
+	if w.fd >= 0 {
+		unix.Close(w.fd)
+		w.fd = -1
+	}
+}
 
 // renameNoReplace renames old to new in the directory open at dirfd,
 // failing rather than replace an existing new.
