@@ -79,6 +79,8 @@ func detectLayout() layout {
 // fds are the descriptor numbers bwrap reads its inputs from.
 type fds struct {
 	seccomp, status, block, passwd, group, hosts int // block < 0: none
+	// autorun are the descriptors of p.AutorunReadOnly, in its order.
+	autorun []int
 }
 
 // synthetic files: just enough for id, whoami and "localhost".
@@ -144,19 +146,21 @@ func (l layout) args(p sandbox.Profile, f fds, argv []string) []string {
 		}
 	}
 	// Files that run later for someone else, inside read-write grants,
-	// stay as they are (the autorun guard).
-	for _, g := range p.AutorunReadOnly {
-		a = append(a, "--ro-bind", g, g)
+	// stay as they are (the autorun guard). Each source is a descriptor
+	// opened without following symlinks (Profile.Pin): a path source would
+	// be resolved by bwrap on the host, through whatever symlink a
+	// concurrent call swapped in. bwrap closes these descriptors before
+	// the program starts.
+	for i, g := range p.AutorunReadOnly {
+		if i < len(f.autorun) {
+			a = append(a, "--ro-bind-fd", strconv.Itoa(f.autorun[i]), g)
+		}
 	}
-	// Each overlay is preceded by a bind of the path onto itself: bwrap
-	// creates a missing mount point, so without it a secret moved away
-	// since the profile was computed would leave an empty file in its
-	// place; with it, bwrap fails the call ("Can't find source path").
 	for _, d := range p.DenyDirs {
-		a = append(a, "--ro-bind", d, d, "--perms", "0000", "--tmpfs", d, "--remount-ro", d)
+		a = append(a, "--perms", "0000", "--tmpfs", d, "--remount-ro", d)
 	}
 	for _, file := range p.DenyFiles {
-		a = append(a, "--ro-bind", file, file, "--ro-bind", "/dev/null", file)
+		a = append(a, "--ro-bind", "/dev/null", file)
 	}
 	// The root itself is bwrap's tmpfs: read-only, so that nothing but the
 	// rw grants, /tmp, /var/tmp and HOME can be written.

@@ -44,7 +44,7 @@ func TestArgsGolden(t *testing.T) {
 		Home:            "/tmp/portcullis-home-1",
 		Workdir:         "/srv/work",
 	}
-	f := fds{seccomp: 4, status: 5, passwd: 6, group: 7, hosts: 8, block: 9}
+	f := fds{seccomp: 4, status: 5, passwd: 6, group: 7, hosts: 8, block: 9, autorun: []int{10, 11}}
 	for _, posture := range []string{wire.PostureOff, wire.PostureAllowlist, wire.PostureFull} {
 		t.Run(posture, func(t *testing.T) {
 			t.Parallel()
@@ -195,27 +195,7 @@ func BenchmarkBareBwrapTrue(b *testing.B) {
 // runner around it.
 func bareBwrap(b *testing.B, r *Runner, p sandbox.Profile) {
 	filter, _ := seccompFilter()
-	benchMedian(b, func() error {
-		files := make([]*os.File, 0, 5)
-		for _, d := range [][]byte{filter, nil, []byte(passwdData("")), []byte(groupData), []byte(hostsData)} {
-			rd, wr, _ := os.Pipe()
-			if d != nil {
-				_, _ = wr.Write(d)
-				wr.Close()
-				files = append(files, rd)
-			} else {
-				files = append(files, wr)
-				defer rd.Close()
-			}
-		}
-		cmd := exec.Command(r.bwrap, r.layout.args(p, fds{seccomp: 3, status: 4, passwd: 5, group: 6, hosts: 7, block: -1}, []string{"/bin/true"})...)
-		cmd.ExtraFiles = files
-		err := cmd.Run()
-		for _, f := range files {
-			f.Close()
-		}
-		return err
-	})
+	benchMedian(b, func() error { return runBare(r, p, filter) })
 }
 
 // benchTree is a project-like grant: 2,000 directories holding 20,000 files,
@@ -357,9 +337,18 @@ func runBare(r *Runner, p sandbox.Profile, filter []byte) error {
 		}
 	}
 	defer status.Close()
-	cmd := exec.Command(r.bwrap, r.layout.args(p, fds{seccomp: 3, status: 4, passwd: 5, group: 6, hosts: 7, block: -1}, []string{"/bin/true"})...)
+	pinned, err := p.Pin()
+	if err != nil {
+		return err
+	}
+	f := fds{seccomp: 3, status: 4, passwd: 5, group: 6, hosts: 7, block: -1}
+	for _, pf := range pinned {
+		f.autorun = append(f.autorun, 3+len(files))
+		files = append(files, pf)
+	}
+	cmd := exec.Command(r.bwrap, r.layout.args(p, f, []string{"/bin/true"})...)
 	cmd.ExtraFiles = files
-	err := cmd.Run()
+	err = cmd.Run()
 	for _, f := range files {
 		f.Close()
 	}

@@ -199,6 +199,7 @@ echo new > repo/.git/hooks/post-checkout 2>/dev/null && echo "wrote hook"
 echo ok >> repo/src/main.go && echo "wrote src"
 mkdir -p newrepo/.git/hooks && echo evil > newrepo/.git/hooks/pre-commit && echo "planted"
 mkdir -p .github/workflows && echo evil > .github/workflows/x.yml && echo "planted ci"
+for fd in /proc/$$/fd/*; do echo "fd $(readlink $fd)"; done
 `
 	res := sh(t, r, scope, script)
 	for _, bad := range []string{"wrote .bashrc", "wrote repo/.git/config", "wrote repo/.git/hooks/pre-commit", "wrote hook"} {
@@ -208,6 +209,14 @@ mkdir -p .github/workflows && echo evil > .github/workflows/x.yml && echo "plant
 	}
 	if !strings.Contains(res.Stdout, "wrote src") || !strings.Contains(res.Stdout, "planted") {
 		t.Fatalf("ordinary writes failed: %q %q", res.Stdout, res.Stderr)
+	}
+	// The descriptors the read-only binds were made from do not reach the
+	// program (a directory's O_PATH descriptor would let it create files
+	// in the writable original through openat).
+	for _, line := range strings.Split(res.Stdout, "\n") {
+		if strings.HasPrefix(line, "fd ") && strings.Contains(line, f.rw) {
+			t.Errorf("the program inherited a descriptor into its grant: %s", line)
+		}
 	}
 	got := map[string]bool{}
 	for _, ch := range res.Autorun {

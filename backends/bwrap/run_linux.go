@@ -182,6 +182,20 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 	}
 	files.add(blockW)
 	extra = append(extra, blockR)
+	// The autorun guard's read-only binds, by descriptor; a target that
+	// moved since the profile was computed means building it again.
+	pinned, err := prof.Pin()
+	if err != nil {
+		for _, e := range extra {
+			_ = e.Close()
+		}
+		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
+	}
+	for _, p := range pinned {
+		files.add(p)
+		f.autorun = append(f.autorun, 3+len(extra))
+		extra = append(extra, p)
+	}
 
 	env := spec.Env
 	var net *netSandbox

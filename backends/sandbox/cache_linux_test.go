@@ -435,3 +435,39 @@ func TestAutorunGuardFinish(t *testing.T) {
 		t.Errorf("allow_autorun: %+v, want nothing", got)
 	}
 }
+
+// TestPin: the read-only binds are opened, and the overlays' targets
+// checked, walking from the grant without following symlinks; a target
+// gone or reached through a symlink swapped in since means ErrTreeChanged.
+func TestPin(t *testing.T) {
+	t.Parallel()
+	root := tmpTree(t)
+	put(t, filepath.Join(root, "repo/.git/config"), "x")
+	put(t, filepath.Join(root, "repo/.env"), "s")
+	put(t, filepath.Join(root, "elsewhere/.git/config"), "host file")
+	cache := NewCache(ProfileOptions{UserHome: "/nonexistent"})
+	defer cache.Close()
+	p, w := mustBuild(t, cache, rwSpec(root))
+	w.Close()
+	files, err := p.Pin()
+	if err != nil || len(files) != 2 || len(p.AutorunReadOnly) != 2 {
+		t.Fatalf("Pin = %v, %v", files, err)
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	// A concurrent call swaps repo for a symlink to another tree.
+	if err := os.Rename(filepath.Join(root, "repo"), filepath.Join(root, "repo2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "elsewhere"), filepath.Join(root, "repo")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Pin(); !errors.Is(err, ErrTreeChanged) {
+		t.Errorf("symlinked parent: Pin = %v, want ErrTreeChanged", err)
+	}
+	os.Remove(filepath.Join(root, "repo"))
+	if _, err := p.Pin(); !errors.Is(err, ErrTreeChanged) {
+		t.Errorf("vanished: Pin = %v, want ErrTreeChanged", err)
+	}
+}
