@@ -68,6 +68,9 @@ type Runner struct {
 	cgroups *cgroup.Parent
 	// cache keeps the granted trees searched and watched between calls.
 	cache *sandbox.Cache
+	// frz stops the calls that could write to a tree while another call's
+	// sandbox over it is being built.
+	frz *freezer
 }
 
 // Name is the backend name recorded in the enforced scope and the receipt.

@@ -5,9 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,64 +116,83 @@ echo "after: $(cat q3/.env)"
 }
 
 // TestMaskRaceRenameParent: one long Exec renames the parent of a secret
-// back and forth while other Execs in the same grant try to read it under
-// either name. Every call either runs with the secret masked or is refused
-// (the tree kept changing while its sandbox was built); none reads it.
+// back and forth as fast as it can while other Execs in the same grant look
+// for the secret everywhere. No call ever reads it. With a pids cgroup the
+// renaming program is stopped while each other sandbox is built, so every
+// call runs and the secret stays whole (bwrap, which creates a missing
+// mount point with creat(2), would otherwise truncate it when the rename
+// lands between its stat and its creat). Without one, the mount check
+// refuses the sandboxes the renames raced (ErrTreeChanged) and builds them
+// again.
 func TestMaskRaceRenameParent(t *testing.T) {
 	requireBwrap(t)
 	t.Parallel()
-	f := newFixture(t)
-	writeAll(t, map[string]string{filepath.Join(f.rw, "x/in/.env"): f.secret})
-	r := f.runner()
-	scope := f.scope(wire.PostureOff)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s := spec(scope, "/bin/sh", "-c", "cd "+f.rw+"; while :; do mv x y; mv y x; done")
-		s.Timeout = 60 * time.Second
-		_, _ = r.Run(ctx, s)
-	}()
-	time.Sleep(300 * time.Millisecond)
-	var ran, refused atomic.Int32
-	deadline := time.Now().Add(6 * time.Second)
-	for time.Now().Before(deadline) || ran.Load() < 3 {
-		if time.Now().After(deadline.Add(30 * time.Second)) {
-			break
-		}
-		// Wherever the renames (and any mount point bwrap created) put it.
-		res, err := r.Run(context.Background(), spec(scope, "/bin/sh", "-c", "find "+f.rw+" -name .env -exec cat {} + 2>/dev/null; echo end"))
-		if err != nil {
-			if !errors.Is(err, sandbox.ErrTreeChanged) {
-				t.Fatalf("unexpected error: %v", err)
+	for _, tt := range []struct {
+		name    string
+		pidsMax int
+	}{{"frozen", 128}, {"no cgroup", -1}} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			writeAll(t, map[string]string{filepath.Join(f.rw, "x/in/.env"): f.secret})
+			r := New(Options{Profile: sandbox.ProfileOptions{UserHome: f.home}, PidsMax: tt.pidsMax})
+			frozen := tt.pidsMax > 0
+			if frozen && r.cgroups == nil {
+				t.Skip("no pids cgroup here: running programs cannot be stopped")
 			}
-			refused.Add(1)
-			continue
-		}
-		ran.Add(1)
-		if strings.Contains(res.Stdout, f.secret) {
-			t.Fatalf("the secret was read while its parent was being renamed:\n%s", res.Stdout)
-		}
-	}
-	cancel()
-	wg.Wait()
-	t.Logf("%d calls ran with the secret masked, %d were refused as the tree kept changing", ran.Load(), refused.Load())
-	// The secret itself is intact on the host, under one of the names. (A
-	// sandbox discarded in the race may leave an empty mount point at the
-	// other name: bwrap creates missing mount points; see docs/sandbox.md.)
-	found := false
-	_ = filepath.WalkDir(f.rw, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.Name() == ".env" {
-			if b, err := os.ReadFile(p); err == nil && string(b) == f.secret {
-				found = true
+			scope := f.scope(wire.PostureOff)
+			renames := make(chan string, 1)
+			go func() {
+				s := spec(scope, "/usr/bin/python3", "-c", renameLoop(f.rw, 6))
+				s.Timeout = 60 * time.Second
+				res, _ := r.Run(context.Background(), s)
+				renames <- res.Stdout
+			}()
+			time.Sleep(300 * time.Millisecond)
+			var ran, refused int
+			deadline := time.Now().Add(5 * time.Second)
+			for time.Now().Before(deadline) || ran < 3 {
+				if time.Now().After(deadline.Add(30 * time.Second)) {
+					break
+				}
+				// Wherever the renames (and any mount point bwrap created) put it.
+				res, err := r.Run(context.Background(), spec(scope, "/bin/sh", "-c", "find "+f.rw+" -name .env -exec cat {} + 2>/dev/null; echo end"))
+				if err != nil {
+					if !errors.Is(err, sandbox.ErrTreeChanged) {
+						t.Fatalf("unexpected error: %v", err)
+					}
+					refused++
+					continue
+				}
+				ran++
+				if strings.Contains(res.Stdout, f.secret) {
+					t.Fatalf("the secret was read while its parent was being renamed:\n%s", res.Stdout)
+				}
 			}
-		}
-		return nil
-	})
-	if !found {
-		t.Error("the secret is gone from the host")
+			n, _ := strconv.Atoi(strings.TrimSpace(<-renames))
+			t.Logf("%d calls ran with the secret masked, %d were refused as the tree kept changing; %d renames", ran, refused, n)
+			if n < 1000 {
+				t.Errorf("only %d renames: the race was not run", n)
+			}
+			var envs []string
+			whole := false
+			_ = filepath.WalkDir(f.rw, func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.Name() == ".env" {
+					envs = append(envs, strings.TrimPrefix(p, f.rw))
+					if b, err := os.ReadFile(p); err == nil && string(b) == f.secret {
+						whole = true
+					}
+				}
+				return nil
+			})
+			if frozen {
+				if !whole || len(envs) != 1 {
+					t.Errorf("the secret on the host was truncated or mount points were left: %v (whole: %v)", envs, whole)
+				}
+				if refused > 0 {
+					t.Errorf("%d calls refused although the renaming program was stopped during their setup", refused)
+				}
+			}
+		})
 	}
 }
 
@@ -247,4 +265,24 @@ for fd in /proc/$$/fd/*; do echo "fd $(readlink $fd)"; done
 	if b, _ := os.ReadFile(filepath.Join(f.rw, ".bashrc")); !strings.Contains(string(b), "added") {
 		t.Errorf("allow_autorun: .bashrc not written: %q", b)
 	}
+}
+
+// renameLoop is a program that renames dir/x to dir/y and back for secs
+// seconds. A sandbox discarded in the race may have left an empty mount
+// point at the free name; it is removed so that the loop goes on.
+func renameLoop(dir string, secs int) string {
+	return `import os, shutil, time
+os.chdir("` + dir + `")
+cur, other, end, n = "x", "y", time.time() + ` + strconv.Itoa(secs) + `, 0
+try:
+    while time.time() < end:
+        try:
+            os.rename(cur, other)
+            cur, other = other, cur
+            n += 1
+        except OSError:
+            shutil.rmtree(other, ignore_errors=True)
+finally:
+    print(n, flush=True)
+`
 }

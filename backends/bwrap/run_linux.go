@@ -47,6 +47,7 @@ func New(opts Options) *Runner {
 		r.opts.Profile.SkipScan = []string{"/usr", "/etc", "/opt", "/var/lib", "/nix"}
 	}
 	r.cache = sandbox.NewCache(r.opts.Profile)
+	r.frz = newFreezer()
 	r.proc = process.New(process.Options{Logger: r.log, HelperPath: opts.HelperPath})
 	r.layout = detectLayout()
 	if r.opts.PidsMax > 0 {
@@ -93,6 +94,11 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 // this sandbox (ErrTreeChanged). After the run, the autorun guard moves
 // aside what the program planted.
 func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	// The running programs of other calls that could write to the trees
+	// this sandbox searches are stopped until its mounts are verified
+	// (freeze_linux.go).
+	hold := r.frz.begin(sandbox.ScanRoots(spec.Scope.FSGrants, r.opts.Profile.SkipScan))
+	defer hold.end()
 	prof, win, err := r.cache.Build(spec)
 	if err != nil {
 		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
@@ -226,18 +232,29 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 	}
 
 	st := &statusReader{cg: cg, block: blockW, limits: limits}
-	if win.Active() {
-		st.gate = func(pid int) error {
-			if err := awaitBlocked(ctx, pid, f.block); err != nil {
+	var running *runningCall // set by the gate, read after statusDone
+	st.gate = func(pid int) error {
+		if win.Active() {
+			err := awaitBlocked(ctx, pid, f.block)
+			if err != nil {
 				// bwrap fails when a mount source vanished (a tree change
 				// since the profile): then build again.
 				if verr := win.Verify(); errors.Is(verr, sandbox.ErrTreeChanged) {
-					return verr
+					err = verr
+				} else {
+					err = fmt.Errorf("bwrap: waiting for the sandbox's mounts: %w", err)
 				}
-				return fmt.Errorf("bwrap: waiting for the sandbox's mounts: %w", err)
+			} else {
+				err = win.Verify()
 			}
-			return win.Verify()
+			if err != nil {
+				hold.end()
+				return err
+			}
 		}
+		hold.end()
+		running = r.frz.register(prof.ReadWrite, cg, pid)
+		return nil
 	}
 	statusDone := make(chan struct{})
 	go func() {
@@ -250,6 +267,7 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 	// keeps it open, which the deadline covers.
 	_ = statusR.SetReadDeadline(time.Now().Add(time.Second))
 	<-statusDone
+	r.frz.unregister(running)
 	if net != nil {
 		stats := net.finish()
 		res.Network = &stats

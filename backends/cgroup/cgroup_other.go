@@ -26,3 +26,6 @@ func (c *Call) Remove() {}
 
 // Peak is always unknown (-1) outside Linux.
 func (c *Call) Peak() int { return -1 }
+
+// Pids fails outside Linux.
+func (c *Call) Pids() ([]int, error) { return nil, errNotLinux }

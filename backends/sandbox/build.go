@@ -106,6 +106,14 @@ func (c *Cache) Build(spec Spec) (Profile, *Window, error) {
 	return p, w, nil
 }
 
+// ScanRoots are the grants a profile searches for secrets (grants in any
+// order): those not in a skipped system tree, and not inside another.
+func ScanRoots(grants []wire.FSGrant, skip []string) []string {
+	g := slices.Clone(grants)
+	slices.SortStableFunc(g, func(a, b wire.FSGrant) int { return len(a.Path) - len(b.Path) })
+	return scanRoots(g, skip)
+}
+
 // scanRoots are the grants searched for secrets: those not in a skipped
 // system tree, and not inside another grant searched already.
 func scanRoots(grants []wire.FSGrant, skip []string) []string {
