@@ -8,10 +8,17 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+// setupEstimate is a moving average of how long bwrap takes from reporting
+// its sandbox process to blocking on --block-fd, in nanoseconds: the first
+// look is taken after half of it, so a call costs a few reads of
+// /proc/<pid>/syscall rather than dozens.
+var setupEstimate atomic.Int64
 
 // awaitBlocked waits until bwrap's sandbox process pid is blocked reading
 // its --block-fd fd. bwrap reads that descriptor after it has built the
@@ -22,22 +29,42 @@ import (
 // already on their files (a mount follows its dentry through renames).
 //
 // It reads /proc/<pid>/syscall ("<nr> <arg0> ..."), polling with a short
-// back-off: bwrap's setup takes a few milliseconds.
+// back-off after a first wait of half the usual setup time.
 func awaitBlocked(ctx context.Context, pid, fd int) error {
+	start := time.Now()
 	path := "/proc/" + strconv.Itoa(pid) + "/syscall"
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return errors.New("the sandbox process ended during setup")
+		}
+		return fmt.Errorf("cannot observe the sandbox's setup through %s: %w", path, err)
+	}
+	defer f.Close()
 	want := []byte(strconv.Itoa(unix.SYS_READ) + " 0x" + strconv.FormatInt(int64(fd), 16) + " ")
 	buf := make([]byte, 256)
-	delay := 20 * time.Microsecond
-	deadline := time.Now().Add(30 * time.Second)
+	if est := time.Duration(setupEstimate.Load()); est > 0 {
+		time.Sleep(min(est/2, 20*time.Millisecond))
+	}
+	delay := 50 * time.Microsecond
+	deadline := start.Add(30 * time.Second)
 	for {
-		n, err := readProc(path, buf)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+		// The file is generated afresh at each read from offset 0.
+		n, err := f.ReadAt(buf, 0)
+		if n == 0 && err != nil {
+			if errors.Is(err, unix.ESRCH) || errors.Is(err, fs.ErrNotExist) {
 				return errors.New("the sandbox process ended during setup")
 			}
 			return fmt.Errorf("cannot observe the sandbox's setup through %s (the gateway needs ptrace read access to its own children): %w", path, err)
 		}
 		if bytes.HasPrefix(buf[:n], want) {
+			d := int64(time.Since(start))
+			old := setupEstimate.Load()
+			if old == 0 {
+				setupEstimate.Store(d)
+			} else {
+				setupEstimate.Store(old + (d-old)/8)
+			}
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -47,15 +74,6 @@ func awaitBlocked(ctx context.Context, pid, fd int) error {
 			return errors.New("the sandbox's setup did not finish within 30s")
 		}
 		time.Sleep(delay)
-		delay = min(delay*2, 500*time.Microsecond)
+		delay = min(delay*2, 250*time.Microsecond)
 	}
-}
-
-func readProc(path string, buf []byte) (int, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	return f.Read(buf)
 }
