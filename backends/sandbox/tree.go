@@ -281,6 +281,11 @@ func (c *Cache) scanAt(parentFD int, name, path string, parent *node, st autorun
 		// events are still queued): forget that subtree, keep this watch.
 		c.drop(old, wd)
 	}
+	if x := c.nodes[path]; x != nil {
+		// Another directory had this path (its move's events are still
+		// queued): forget it, so nothing is counted twice.
+		c.drop(x, wd)
+	}
 	b.dirs++
 	n := &node{path: path, wd: wd, dev: uint64(sb.Dev), ino: uint64(sb.Ino), parent: parent, state: st,
 		dirs: map[string]*node{}, specials: map[string]*special{}}
