@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -480,6 +482,22 @@ func TestPin(t *testing.T) {
 	os.Remove(filepath.Join(root, "repo"))
 	if _, err := p.Pin(); !errors.Is(err, ErrTreeChanged) {
 		t.Errorf("vanished: Pin = %v, want ErrTreeChanged", err)
+	}
+	// Shared prefixes: every bind of a deep tree is opened, each the right one.
+	put(t, filepath.Join(root, "a/b/.git/config"), "1")
+	put(t, filepath.Join(root, "a/b/c/.bashrc"), "2")
+	put(t, filepath.Join(root, "a/d/.profile"), "3")
+	p = Profile{ReadWrite: []string{root}, AutorunReadOnly: []string{root + "/a/b/.git/config", root + "/a/b/c/.bashrc", root + "/a/d/.profile", root + "/elsewhere/.git/config"}}
+	files, err = p.Pin()
+	if err != nil || len(files) != 4 {
+		t.Fatalf("Pin = %v, %v", files, err)
+	}
+	for i, f := range files {
+		var a, b unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &a) != nil || unix.Stat(p.AutorunReadOnly[i], &b) != nil || a.Ino != b.Ino {
+			t.Errorf("%s: the descriptor is another file", p.AutorunReadOnly[i])
+		}
+		f.Close()
 	}
 }
 

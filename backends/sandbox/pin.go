@@ -6,110 +6,108 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// Pin opens the profile's read-only binds (AutorunReadOnly) and checks that
-// every deny overlay's target is still in place, walking from the grant
-// that holds each one without following any symlink. The runner hands the
-// files to bwrap (--ro-bind-fd), so a bind's source is the very file the
-// profile chose, never a host file a symlink swapped in since would point
-// at; and a target gone or replaced by a symlink since the profile was
-// computed fails with ErrTreeChanged (the sandbox is built again) instead
-// of letting bwrap create a mount point where the secret was. The caller
-// closes the files.
+// Pin opens the profile's read-only binds (AutorunReadOnly), walking from
+// the grant that holds each one without following any symlink. The runner
+// hands the files to bwrap (--ro-bind-fd), so a bind's source is the very
+// file the profile chose, never a host file that a symlink swapped in since
+// would point at; a bind whose path is gone or passes through a symlink
+// fails with ErrTreeChanged (the sandbox is built again). Walks share the
+// directories they have in common. The caller closes the files.
 func (p Profile) Pin() ([]*os.File, error) {
+	if len(p.AutorunReadOnly) == 0 {
+		return nil, nil
+	}
 	grants := append(append([]string{}, p.ReadOnly...), p.ReadWrite...)
-	for _, d := range p.DenyDirs {
-		if err := checkBeneath(grants, d, true); err != nil {
-			return nil, err
-		}
-	}
-	for _, f := range p.DenyFiles {
-		if err := checkBeneath(grants, f, false); err != nil {
-			return nil, err
-		}
-	}
+	w := &walker{}
+	defer w.close()
 	files := make([]*os.File, 0, len(p.AutorunReadOnly))
+	fail := func(err error) ([]*os.File, error) {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, err
+	}
 	for _, path := range p.AutorunReadOnly {
-		fd, err := openBeneath(grants, path)
-		if err != nil {
-			for _, f := range files {
-				f.Close()
+		root := ""
+		for _, g := range grants {
+			if within(path, g) && path != g && len(g) > len(root) {
+				root = g
 			}
-			return nil, err
+		}
+		if root == "" {
+			return fail(fmt.Errorf("sandbox: %s is in no grant: %w", path, ErrUnsafePath))
+		}
+		parent, err := w.dir(root, strings.Split(relTo(path, root), "/"))
+		if err != nil {
+			return fail(changed(path, err))
+		}
+		fd, err := unix.Openat(parent, filepathBase(path), oPath|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fail(changed(path, err))
+		}
+		var sb unix.Stat_t
+		if err := unix.Fstat(fd, &sb); err != nil || (!modeOf(uint32(sb.Mode)).IsDir() && !modeOf(uint32(sb.Mode)).IsRegular()) {
+			unix.Close(fd)
+			return fail(changed(path, errors.New("not a file or directory")))
 		}
 		files = append(files, os.NewFile(uintptr(fd), path))
 	}
 	return files, nil
 }
 
-// checkBeneath fails unless path (inside a grant) exists without a symlink
-// on the way, as a directory when dir.
-func checkBeneath(grants []string, path string, dir bool) error {
-	parent, base, err := openParentBeneath(grants, path)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(parent)
-	var sb unix.Stat_t
-	if err := unix.Fstatat(parent, base, &sb, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return changed(path, err)
-	}
-	if m := modeOf(uint32(sb.Mode)); m&os.ModeSymlink != 0 || m.IsDir() != dir {
-		return changed(path, errors.New("its type changed"))
-	}
-	return nil
+// walker opens directories below a grant one component at a time with
+// O_NOFOLLOW, keeping the chain of the last walk open for the next one.
+type walker struct {
+	root string
+	segs []string // directories open below root
+	fds  []int    // fds[0] is root; fds[i+1] is segs[i]
 }
 
-// openBeneath opens path (inside a grant) with O_PATH, following no symlink.
-func openBeneath(grants []string, path string) (int, error) {
-	parent, base, err := openParentBeneath(grants, path)
-	if err != nil {
-		return -1, err
-	}
-	defer unix.Close(parent)
-	fd, err := unix.Openat(parent, base, oPath|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, changed(path, err)
-	}
-	var sb unix.Stat_t
-	if err := unix.Fstat(fd, &sb); err != nil || (!modeOf(uint32(sb.Mode)).IsDir() && !modeOf(uint32(sb.Mode)).IsRegular()) {
-		unix.Close(fd)
-		return -1, changed(path, errors.New("not a file or directory"))
-	}
-	return fd, nil
-}
-
-// openParentBeneath opens the directory holding path from the longest grant
-// containing it, one component at a time, refusing symlinks.
-func openParentBeneath(grants []string, path string) (int, string, error) {
-	root := ""
-	for _, g := range grants {
-		if within(path, g) && path != g && len(g) > len(root) {
-			root = g
-		}
-	}
-	if root == "" {
-		return -1, "", fmt.Errorf("sandbox: %s is in no grant: %w", path, ErrUnsafePath)
-	}
-	fd, err := unix.Open(root, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|oPath, 0)
-	if err != nil {
-		return -1, "", changed(path, err)
-	}
-	segs := strings.Split(relTo(path, root), "/")
-	for _, seg := range segs[:len(segs)-1] {
-		nfd, err := unix.Openat(fd, seg, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|oPath, 0)
-		unix.Close(fd)
+// dir returns the descriptor of the directory holding the last of segs
+// (relative to root).
+func (w *walker) dir(root string, segs []string) (int, error) {
+	dirs := segs[:len(segs)-1]
+	if w.root != root {
+		w.close()
+		fd, err := unix.Open(root, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|oPath, 0)
 		if err != nil {
-			return -1, "", changed(path, err)
+			return -1, err
 		}
-		fd = nfd
+		w.root, w.fds = root, []int{fd}
 	}
-	return fd, segs[len(segs)-1], nil
+	common := 0
+	for common < len(w.segs) && common < len(dirs) && w.segs[common] == dirs[common] {
+		common++
+	}
+	for _, fd := range w.fds[common+1:] {
+		unix.Close(fd)
+	}
+	w.fds, w.segs = w.fds[:common+1], slices.Clone(w.segs[:common])
+	for _, seg := range dirs[common:] {
+		fd, err := unix.Openat(w.fds[len(w.fds)-1], seg, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|oPath, 0)
+		if err != nil {
+			return -1, err
+		}
+		w.fds = append(w.fds, fd)
+		w.segs = append(w.segs, seg)
+	}
+	return w.fds[len(w.fds)-1], nil
 }
+
+func (w *walker) close() {
+	for _, fd := range w.fds {
+		unix.Close(fd)
+	}
+	w.root, w.segs, w.fds = "", nil, nil
+}
+
+func filepathBase(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
 
 func changed(path string, err error) error {
 	return fmt.Errorf("sandbox: %s changed since the profile was computed (%v): %w: %w", path, err, ErrTreeChanged, ErrUnsafePath)
