@@ -71,6 +71,8 @@ type Runner struct {
 	// frz stops the calls that could write to a tree while another call's
 	// sandbox over it is being built.
 	frz *freezer
+	// sync tells when a sandbox's mounts are in place.
+	sync syncWatcher
 }
 
 // Name is the backend name recorded in the enforced scope and the receipt.

@@ -37,3 +37,6 @@ func (r *Runner) Report(ctx context.Context) Report {
 
 // freezer exists only on Linux.
 type freezer struct{}
+
+// syncWatcher exists only on Linux.
+type syncWatcher struct{}

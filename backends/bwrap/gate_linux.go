@@ -1,79 +1,158 @@
 package bwrap
 
 import (
-	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"strconv"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// setupEstimate is a moving average of how long bwrap takes from reporting
-// its sandbox process to blocking on --block-fd, in nanoseconds: the first
-// look is taken after half of it, so a call costs a few reads of
-// /proc/<pid>/syscall rather than dozens.
-var setupEstimate atomic.Int64
+// The mount check needs to run once bwrap has every mount of a sandbox in
+// place and before the program starts. bwrap says neither, so the runner
+// makes it observable: the last of the sandbox's setup operations binds a
+// fresh, empty host directory (the call's sync directory) into the sandbox
+// and creates a directory in it (syncDir). bwrap performs its operations
+// in order, so that creation, which the runner watches with inotify, means
+// every bind and overlay before it is mounted. The runner then checks the
+// tree and writes --block-fd, which bwrap reads only later (after
+// pivot_root and dropping its privileges), so the program waits for the
+// check without bwrap itself usually waiting at all. An event, not
+// polling: on a loaded machine every poll is a sleep whose wake-up can be
+// late by a scheduler slice.
 
-// awaitBlocked waits until bwrap's sandbox process pid is blocked reading
-// its --block-fd fd. bwrap reads that descriptor after it has built the
-// whole mount namespace (every bind and overlay, pivot_root, the old root
-// unmounted) and before it applies seccomp and execs the program, so this
-// is the moment the mounts can be checked against the tree: a change
-// before it may have misplaced a mask, one after it finds the masks
-// already on their files (a mount follows its dentry through renames).
-//
-// It reads /proc/<pid>/syscall ("<nr> <arg0> ..."), polling with a short
-// back-off after a first wait of half the usual setup time.
-func awaitBlocked(ctx context.Context, pid, fd int) error {
-	start := time.Now()
-	path := "/proc/" + strconv.Itoa(pid) + "/syscall"
-	f, err := os.Open(path)
+// syncDir is where the sync directory is bound in the sandbox; it is left
+// read-only and empty but for the "ready" directory.
+const syncDir = "/.portcullis-sync"
+
+// syncWatcher delivers "ready" events of the calls' sync directories.
+type syncWatcher struct {
+	once sync.Once
+	err  error
+	f    *os.File // the inotify descriptor, on Go's netpoller
+
+	mu      sync.Mutex
+	waiters map[int]chan struct{}
+}
+
+func (s *syncWatcher) start() error {
+	s.once.Do(func() {
+		fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+		if err != nil {
+			s.err = fmt.Errorf("bwrap: inotify for the mount check: %w", err)
+			return
+		}
+		s.f = os.NewFile(uintptr(fd), "inotify")
+		s.waiters = map[int]chan struct{}{}
+		go s.loop()
+	})
+	return s.err
+}
+
+// watch makes a sync directory and returns it with the channel closed
+// when something is created in it. Call done afterwards.
+func (s *syncWatcher) watch() (dir string, wd int, ready <-chan struct{}, err error) {
+	if err := s.start(); err != nil {
+		return "", -1, nil, err
+	}
+	dir, err = os.MkdirTemp("", "portcullis-sync-")
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return errors.New("the sandbox process ended during setup")
-		}
-		return fmt.Errorf("cannot observe the sandbox's setup through %s: %w", path, err)
+		return "", -1, nil, fmt.Errorf("bwrap: sync directory: %w", err)
 	}
-	defer f.Close()
-	want := []byte(strconv.Itoa(unix.SYS_READ) + " 0x" + strconv.FormatInt(int64(fd), 16) + " ")
-	buf := make([]byte, 256)
-	if est := time.Duration(setupEstimate.Load()); est > 0 {
-		time.Sleep(min(est/2, 20*time.Millisecond))
+	if real, err := realpath(dir); err == nil {
+		dir = real
 	}
-	delay := 50 * time.Microsecond
-	deadline := start.Add(30 * time.Second)
+	ch := make(chan struct{})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	wd, err = unix.InotifyAddWatch(int(s.f.Fd()), dir, unix.IN_CREATE|unix.IN_ONLYDIR)
+	if err != nil {
+		os.Remove(dir)
+		return "", -1, nil, fmt.Errorf("bwrap: watching the sync directory: %w", err)
+	}
+	s.waiters[wd] = ch
+	return dir, wd, ch, nil
+}
+
+// done stops watching and removes the sync directory.
+func (s *syncWatcher) done(dir string, wd int) {
+	s.mu.Lock()
+	delete(s.waiters, wd)
+	_, _ = unix.InotifyRmWatch(int(s.f.Fd()), uint32(wd))
+	s.mu.Unlock()
+	_ = os.Remove(dir + "/ready")
+	_ = os.Remove(dir)
+}
+
+func (s *syncWatcher) loop() {
+	buf := make([]byte, 4096)
 	for {
-		// The file is generated afresh at each read from offset 0.
-		n, err := f.ReadAt(buf, 0)
-		if n == 0 && err != nil {
-			if errors.Is(err, unix.ESRCH) || errors.Is(err, fs.ErrNotExist) {
-				return errors.New("the sandbox process ended during setup")
+		n, err := s.f.Read(buf)
+		if err != nil {
+			// Waiters fall back to looking for "ready" themselves.
+			if errors.Is(err, os.ErrClosed) {
+				return
 			}
-			return fmt.Errorf("cannot observe the sandbox's setup through %s (the gateway needs ptrace read access to its own children): %w", path, err)
+			continue
 		}
-		if bytes.HasPrefix(buf[:n], want) {
-			d := int64(time.Since(start))
-			old := setupEstimate.Load()
-			if old == 0 {
-				setupEstimate.Store(d)
-			} else {
-				setupEstimate.Store(old + (d-old)/8)
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			wd := int(int32(binary.NativeEndian.Uint32(buf[off:])))
+			mask := binary.NativeEndian.Uint32(buf[off+4:])
+			nameLen := int(binary.NativeEndian.Uint32(buf[off+12:]))
+			off += unix.SizeofInotifyEvent + nameLen
+			if mask&unix.IN_CREATE == 0 {
+				continue // (an overflow: waiters fall back to looking)
 			}
+			s.mu.Lock()
+			if ch := s.waiters[wd]; ch != nil {
+				close(ch)
+				delete(s.waiters, wd)
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+func realpath(p string) (string, error) {
+	buf := make([]byte, unix.PathMax)
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	n, err := unix.Readlink("/proc/self/fd/"+fmt.Sprint(fd), buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+// awaitReady waits until bwrap has created "ready" in the sync directory:
+// the event, or (should it be lost) the directory seen at a slow poll. It
+// fails when bwrap exits first or the call ends.
+func awaitReady(ctx context.Context, ready <-chan struct{}, exited <-chan struct{}, dir string) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for {
+		select {
+		case <-ready:
 			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
+		case <-exited:
+			return errors.New("the sandbox process ended during setup")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
 			return errors.New("the sandbox's setup did not finish within 30s")
+		case <-tick.C:
+			if _, err := os.Lstat(dir + "/ready"); err == nil {
+				return nil
+			}
 		}
-		time.Sleep(delay)
-		delay = min(delay*2, 250*time.Microsecond)
 	}
 }

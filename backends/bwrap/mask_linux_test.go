@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -286,40 +285,4 @@ try:
 finally:
     print(n, flush=True)
 `
-}
-
-// TestAwaitBlocked: the wait for bwrap's setup ends when the process blocks
-// reading the descriptor, and also when it dies instead.
-func TestAwaitBlocked(t *testing.T) {
-	t.Parallel()
-	rd, wr, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wr.Close()
-	cmd := exec.Command("/bin/sh", "-c", "read x <&3")
-	cmd.ExtraFiles = []*os.File{rd}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	rd.Close()
-	// dash reads fd 0 after dup'ing 3 onto it.
-	if err := awaitBlocked(context.Background(), cmd.Process.Pid, 0); err != nil {
-		t.Errorf("blocked reader: %v", err)
-	}
-	wr.Write([]byte("x\n"))
-	cmd.Wait()
-
-	cmd = exec.Command("/bin/sleep", "0.2")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go cmd.Wait()
-	start := time.Now()
-	if err := awaitBlocked(context.Background(), cmd.Process.Pid, 9); err == nil || !strings.Contains(err.Error(), "ended") {
-		t.Errorf("dead process: %v", err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("took %v to notice the process ended", d)
-	}
 }

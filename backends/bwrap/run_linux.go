@@ -202,6 +202,21 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 		f.autorun = append(f.autorun, 3+len(extra))
 		extra = append(extra, p)
 	}
+	// The mount check's signal (gate_linux.go).
+	var syncHost string
+	var ready <-chan struct{}
+	if win.Active() {
+		var wd int
+		syncHost, wd, ready, err = r.sync.watch()
+		if err != nil {
+			for _, e := range extra {
+				_ = e.Close()
+			}
+			return sandbox.Result{}, err
+		}
+		defer r.sync.done(syncHost, wd)
+		f.sync = syncHost
+	}
 
 	env := spec.Env
 	var net *netSandbox
@@ -233,12 +248,13 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 
 	st := &statusReader{cg: cg, block: blockW, limits: limits}
 	var running *runningCall // set by the gate, read after statusDone
+	exited := make(chan struct{})
 	st.gate = func(pid int) error {
 		if win.Active() {
-			err := awaitBlocked(ctx, pid, f.block)
+			err := awaitReady(ctx, ready, exited, syncHost)
 			if err != nil {
-				// bwrap fails when a mount source vanished (a tree change
-				// since the profile): then build again.
+				// bwrap fails when a bind's source vanished (a tree
+				// change since the profile): then build again.
 				if verr := win.Verify(); errors.Is(verr, sandbox.ErrTreeChanged) {
 					err = verr
 				} else {
@@ -256,6 +272,7 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 		running = r.frz.register(prof.ReadWrite, cg, pid)
 		return nil
 	}
+
 	statusDone := make(chan struct{})
 	go func() {
 		defer close(statusDone)
@@ -263,6 +280,7 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 	}()
 
 	res, runErr := r.proc.RunLaunch(ctx, inner, launch)
+	close(exited)
 	// bwrap is gone; its status pipe reaches EOF unless a stray holder
 	// keeps it open, which the deadline covers.
 	_ = statusR.SetReadDeadline(time.Now().Add(time.Second))
