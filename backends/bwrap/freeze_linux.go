@@ -1,13 +1,8 @@
 package bwrap
 
 import (
-	"bytes"
-	"errors"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -29,10 +24,6 @@ import (
 // continues them (SIGCONT) afterwards. A call released while another's setup
 // holds its tree starts stopped. Only calls with a pids cgroup can be
 // enumerated; others are not stopped (docs/sandbox.md).
-
-// freezeWait bounds how long a setup waits for the processes it stops: a
-// task in uninterruptible sleep stops only when it wakes.
-const freezeWait = 100 * time.Millisecond
 
 // freezer tracks the runner's running calls and the setups in progress.
 type freezer struct {
@@ -141,7 +132,6 @@ func (f *freezer) register(rw []string, cg *cgroup.Call, pid int) *runningCall {
 	}
 	if rc.holds > 0 {
 		_ = unix.Kill(pid, unix.SIGSTOP)
-		waitStopped([]int{pid}, time.Now().Add(freezeWait))
 		rc.stopped = []int{pid}
 	}
 	return rc
@@ -158,13 +148,14 @@ func (f *freezer) unregister(rc *runningCall) {
 }
 
 // stopAll sends SIGSTOP to every process of cg, again for processes forked
-// meanwhile, and waits (bounded) until they are stopped. A process stops
-// only on its way back from a system call, so once stopped, none of them is
-// in the middle of a rename.
+// meanwhile. It does not wait for them to stop: a signal is taken on the way
+// back from a system call, so a rename in flight completes within
+// microseconds, before the profile is even computed, and anything that still
+// lands later is seen by the mount check. Waiting, under the freezer's lock,
+// would let one slow task hold every other call's setup.
 func stopAll(cg *cgroup.Call) []int {
-	deadline := time.Now().Add(freezeWait)
 	var stopped []int
-	for {
+	for range 8 {
 		pids, err := cg.Pids()
 		if err != nil {
 			return stopped
@@ -178,41 +169,8 @@ func stopAll(cg *cgroup.Call) []int {
 			}
 		}
 		if !fresh {
-			return stopped
-		}
-		waitStopped(stopped, deadline)
-		if time.Now().After(deadline) {
-			return stopped
+			break
 		}
 	}
-}
-
-// waitStopped polls until every pid is stopped or gone, or the deadline.
-func waitStopped(pids []int, deadline time.Time) {
-	buf := make([]byte, 512)
-	for _, pid := range pids {
-		for !isStopped(pid, buf) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-}
-
-// isStopped reads the state of /proc/<pid>/stat: stopped (T, t), or gone
-// (Z, X, or no such process).
-func isStopped(pid int, buf []byte) bool {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return errors.Is(err, os.ErrNotExist)
-	}
-	n, _ := f.Read(buf)
-	f.Close()
-	i := bytes.LastIndexByte(buf[:n], ')')
-	if i < 0 || i+2 >= n {
-		return true
-	}
-	switch buf[i+2] {
-	case 'T', 't', 'Z', 'X':
-		return true
-	}
-	return false
+	return stopped
 }
