@@ -81,10 +81,10 @@ type fds struct {
 	seccomp, status, block, passwd, group, hosts int // block < 0: none
 	// autorun are the descriptors of p.AutorunReadOnly, in its order.
 	autorun []int
-	// sync is the call's sync directory on the host ("" = none): bound at
-	// syncDir after every other mount, with "ready" created in it, which
-	// tells the runner the mounts are in place (gate_linux.go).
-	sync string
+	// sync is the descriptor of the call's sync file (<= 0: none), copied
+	// to syncFile after every mount: bwrap's read of it tells the runner
+	// the mounts are in place (gate_linux.go).
+	sync int
 }
 
 // synthetic files: just enough for id, whoami and "localhost".
@@ -166,8 +166,8 @@ func (l layout) args(p sandbox.Profile, f fds, argv []string) []string {
 	for _, file := range p.DenyFiles {
 		a = append(a, "--ro-bind", "/dev/null", file)
 	}
-	if f.sync != "" {
-		a = append(a, "--bind", f.sync, syncDir, "--dir", syncDir+"/ready", "--remount-ro", syncDir)
+	if f.sync > 0 {
+		a = append(a, "--perms", "0444", "--file", strconv.Itoa(f.sync), syncFile)
 	}
 	// The root itself is bwrap's tmpfs: read-only, so that nothing but the
 	// rw grants, /tmp, /var/tmp and HOME can be written.

@@ -44,7 +44,7 @@ func TestArgsGolden(t *testing.T) {
 		Home:            "/tmp/portcullis-home-1",
 		Workdir:         "/srv/work",
 	}
-	f := fds{seccomp: 4, status: 5, passwd: 6, group: 7, hosts: 8, block: 9, autorun: []int{10, 11}, sync: "/tmp/portcullis-sync-1"}
+	f := fds{seccomp: 4, status: 5, passwd: 6, group: 7, hosts: 8, block: 9, autorun: []int{10, 11}, sync: 12}
 	for _, posture := range []string{wire.PostureOff, wire.PostureAllowlist, wire.PostureFull} {
 		t.Run(posture, func(t *testing.T) {
 			t.Parallel()
@@ -344,7 +344,7 @@ func runBare(r *Runner, p sandbox.Profile, filter []byte) error {
 	if err != nil {
 		return err
 	}
-	f := fds{seccomp: 3, status: 4, passwd: 5, group: 6, hosts: 7, block: -1}
+	f := fds{seccomp: 3, status: 4, passwd: 5, group: 6, hosts: 7, block: -1, sync: -1}
 	for _, pf := range pinned {
 		f.autorun = append(f.autorun, 3+len(files))
 		files = append(files, pf)

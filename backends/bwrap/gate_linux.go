@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -14,20 +15,20 @@ import (
 
 // The mount check needs to run once bwrap has every mount of a sandbox in
 // place and before the program starts. bwrap says neither, so the runner
-// makes it observable: the last of the sandbox's setup operations binds a
-// fresh, empty host directory (the call's sync directory) into the sandbox
-// and creates a directory in it (syncDir). bwrap performs its operations
-// in order, so that creation, which the runner watches with inotify, means
-// every bind and overlay before it is mounted. The runner then checks the
-// tree and writes --block-fd, which bwrap reads only later (after
-// pivot_root and dropping its privileges), so the program waits for the
-// check without bwrap itself usually waiting at all. An event, not
-// polling: on a loaded machine every poll is a sleep whose wake-up can be
-// late by a scheduler slice.
+// makes it observable: the last of the sandbox's setup operations copies a
+// one-byte file the runner holds into the sandbox (--file FD syncFile).
+// bwrap performs its operations in order, so its read of that file, which
+// the runner watches with inotify (IN_ACCESS), means every bind and overlay
+// before it is mounted. The runner then checks the tree and writes
+// --block-fd, which bwrap reads only later (after pivot_root and dropping
+// its privileges), so the program waits for the check while bwrap itself
+// usually does not wait at all. An event, not polling: on a loaded machine
+// every poll is a sleep whose wake-up can be late by a scheduler slice. The
+// file is unnamed (O_TMPFILE) and costs bwrap no mount.
 
-// syncDir is where the sync directory is bound in the sandbox; it is left
-// read-only and empty but for the "ready" directory.
-const syncDir = "/.portcullis-sync"
+// syncFile is where the sync file's byte is copied in the sandbox: a
+// read-only one-byte file in the root.
+const syncFile = "/.portcullis-sync"
 
 // syncWatcher delivers "ready" events of the calls' sync directories.
 type syncWatcher struct {
@@ -53,39 +54,55 @@ func (s *syncWatcher) start() error {
 	return s.err
 }
 
-// watch makes a sync directory and returns it with the channel closed
-// when something is created in it. Call done afterwards.
-func (s *syncWatcher) watch() (dir string, wd int, ready <-chan struct{}, err error) {
+// watch opens a sync file and returns it with the channel closed when it
+// is read. Call done afterwards.
+func (s *syncWatcher) watch() (file *os.File, wd int, ready <-chan struct{}, err error) {
 	if err := s.start(); err != nil {
-		return "", -1, nil, err
+		return nil, -1, nil, err
 	}
-	dir, err = os.MkdirTemp("", "portcullis-sync-")
+	fd, err := unix.Open(os.TempDir(), unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return "", -1, nil, fmt.Errorf("bwrap: sync directory: %w", err)
+		// A file system without O_TMPFILE: a named file, unlinked at once.
+		f, cerr := os.CreateTemp("", "portcullis-sync-")
+		if cerr != nil {
+			return nil, -1, nil, fmt.Errorf("bwrap: sync file: %w", cerr)
+		}
+		_ = os.Remove(f.Name())
+		fd, err = unix.Dup(int(f.Fd()))
+		f.Close()
+		if err != nil {
+			return nil, -1, nil, fmt.Errorf("bwrap: sync file: %w", err)
+		}
+		unix.CloseOnExec(fd)
 	}
-	if real, err := realpath(dir); err == nil {
-		dir = real
+	file = os.NewFile(uintptr(fd), "sync")
+	if _, err := file.Write([]byte{'1'}); err != nil {
+		file.Close()
+		return nil, -1, nil, fmt.Errorf("bwrap: sync file: %w", err)
+	}
+	if _, err := file.Seek(0, 0); err != nil {
+		file.Close()
+		return nil, -1, nil, fmt.Errorf("bwrap: sync file: %w", err)
 	}
 	ch := make(chan struct{})
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	wd, err = unix.InotifyAddWatch(int(s.f.Fd()), dir, unix.IN_CREATE|unix.IN_ONLYDIR)
+	wd, err = unix.InotifyAddWatch(int(s.f.Fd()), "/proc/self/fd/"+strconv.Itoa(fd), unix.IN_ACCESS)
 	if err != nil {
-		os.Remove(dir)
-		return "", -1, nil, fmt.Errorf("bwrap: watching the sync directory: %w", err)
+		file.Close()
+		return nil, -1, nil, fmt.Errorf("bwrap: watching the sync file: %w", err)
 	}
 	s.waiters[wd] = ch
-	return dir, wd, ch, nil
+	return file, wd, ch, nil
 }
 
-// done stops watching and removes the sync directory.
-func (s *syncWatcher) done(dir string, wd int) {
+// done stops watching and closes the sync file.
+func (s *syncWatcher) done(file *os.File, wd int) {
 	s.mu.Lock()
 	delete(s.waiters, wd)
 	_, _ = unix.InotifyRmWatch(int(s.f.Fd()), uint32(wd))
 	s.mu.Unlock()
-	_ = os.Remove(dir + "/ready")
-	_ = os.Remove(dir)
+	file.Close()
 }
 
 func (s *syncWatcher) loop() {
@@ -104,7 +121,7 @@ func (s *syncWatcher) loop() {
 			mask := binary.NativeEndian.Uint32(buf[off+4:])
 			nameLen := int(binary.NativeEndian.Uint32(buf[off+12:]))
 			off += unix.SizeofInotifyEvent + nameLen
-			if mask&unix.IN_CREATE == 0 {
+			if mask&unix.IN_ACCESS == 0 {
 				continue // (an overflow: waiters fall back to looking)
 			}
 			s.mu.Lock()
@@ -117,24 +134,10 @@ func (s *syncWatcher) loop() {
 	}
 }
 
-func realpath(p string) (string, error) {
-	buf := make([]byte, unix.PathMax)
-	fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "", err
-	}
-	defer unix.Close(fd)
-	n, err := unix.Readlink("/proc/self/fd/"+fmt.Sprint(fd), buf)
-	if err != nil {
-		return "", err
-	}
-	return string(buf[:n]), nil
-}
-
-// awaitReady waits until bwrap has created "ready" in the sync directory:
-// the event, or (should it be lost) the directory seen at a slow poll. It
-// fails when bwrap exits first or the call ends.
-func awaitReady(ctx context.Context, ready <-chan struct{}, exited <-chan struct{}, dir string) error {
+// awaitReady waits until bwrap has read the sync file: the event, or
+// (should it be lost) the file's offset seen moved at a slow poll. It fails
+// when bwrap exits first or the call ends.
+func awaitReady(ctx context.Context, ready <-chan struct{}, exited <-chan struct{}, file *os.File) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.NewTimer(30 * time.Second)
@@ -150,7 +153,9 @@ func awaitReady(ctx context.Context, ready <-chan struct{}, exited <-chan struct
 		case <-deadline.C:
 			return errors.New("the sandbox's setup did not finish within 30s")
 		case <-tick.C:
-			if _, err := os.Lstat(dir + "/ready"); err == nil {
+			// bwrap shares the open file description: its read moves the
+			// offset for us too.
+			if off, err := file.Seek(0, 1); err == nil && off > 0 {
 				return nil
 			}
 		}

@@ -137,7 +137,7 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 	}
 	// ExtraFiles become fds 3, 4, ... in this order (Launch.Direct).
 	var extra []*os.File
-	f := fds{seccomp: 3, status: 4, passwd: 5, group: 6, hosts: 7, block: 8}
+	f := fds{seccomp: 3, status: 4, passwd: 5, group: 6, hosts: 7, block: 8, sync: -1}
 	seccompR, err := data(filter)
 	if err != nil {
 		return sandbox.Result{}, err
@@ -203,19 +203,20 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 		extra = append(extra, p)
 	}
 	// The mount check's signal (gate_linux.go).
-	var syncHost string
+	var syncF *os.File
 	var ready <-chan struct{}
 	if win.Active() {
 		var wd int
-		syncHost, wd, ready, err = r.sync.watch()
+		syncF, wd, ready, err = r.sync.watch()
 		if err != nil {
 			for _, e := range extra {
 				_ = e.Close()
 			}
 			return sandbox.Result{}, err
 		}
-		defer r.sync.done(syncHost, wd)
-		f.sync = syncHost
+		defer r.sync.done(syncF, wd)
+		f.sync = 3 + len(extra)
+		extra = append(extra, syncF)
 	}
 
 	env := spec.Env
@@ -251,7 +252,7 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 	exited := make(chan struct{})
 	st.gate = func(pid int) error {
 		if win.Active() {
-			err := awaitReady(ctx, ready, exited, syncHost)
+			err := awaitReady(ctx, ready, exited, syncF)
 			if err != nil {
 				// bwrap fails when a bind's source vanished (a tree
 				// change since the profile): then build again.
