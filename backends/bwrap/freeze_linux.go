@@ -92,14 +92,17 @@ func (s *setupHold) hold(rc *runningCall) {
 
 // end continues what begin stopped (once; safe to call again).
 func (s *setupHold) end() {
-	f := s.f
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	s.endLocked()
+}
+
+func (s *setupHold) endLocked() {
 	if s.done {
 		return
 	}
 	s.done = true
-	delete(f.setups, s)
+	delete(s.f.setups, s)
 	for _, rc := range s.held {
 		rc.holds--
 		if rc.holds == 0 {
@@ -112,21 +115,25 @@ func (s *setupHold) end() {
 	s.held = nil
 }
 
-// register records a call about to be released; when a setup in progress
-// holds its tree, its (still blocked) sandbox process is stopped first, so
-// that it starts only when that setup ends. It returns nil for a call that
-// cannot write to any tree or has no cgroup to enumerate.
-func (f *freezer) register(rw []string, cg *cgroup.Call, pid int) *runningCall {
+// release ends this setup and records its call, about to be released, as
+// running, in one step: a setup that begins afterwards finds it and stops
+// it. When another setup in progress holds its tree, its (still blocked)
+// sandbox process is stopped first, so that it starts only when that setup
+// ends. A call that cannot write to any tree, or has no cgroup to
+// enumerate, is not recorded (nil).
+func (s *setupHold) release(rw []string, cg *cgroup.Call, pid int) *runningCall {
+	f := s.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s.endLocked()
 	if len(rw) == 0 || cg == nil {
 		return nil
 	}
 	rc := &runningCall{rw: rw, cg: cg}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.running[rc] = struct{}{}
-	for s := range f.setups {
-		if overlaps(rw, s.roots) {
-			s.held = append(s.held, rc)
+	for other := range f.setups {
+		if overlaps(rw, other.roots) {
+			other.held = append(other.held, rc)
 			rc.holds++
 		}
 	}
@@ -145,6 +152,7 @@ func (f *freezer) unregister(rc *runningCall) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.running, rc)
+	rc.stopped = nil // its processes are gone: no SIGCONT to a reused pid
 }
 
 // stopAll sends SIGSTOP to every process of cg, again for processes forked

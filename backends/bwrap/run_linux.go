@@ -269,8 +269,7 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 				return err
 			}
 		}
-		hold.end()
-		running = r.frz.register(prof.ReadWrite, cg, pid)
+		running = hold.release(prof.ReadWrite, cg, pid)
 		return nil
 	}
 
