@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -232,13 +233,6 @@ func (b *budget) err() error {
 		b.maxEntries, b.maxDirs, b.root, ErrScanBudget, ErrUnsafePath)
 }
 
-// errBroken marks a tree the cache could not keep exact (a watch limit, a
-// directory that vanished mid-scan in an unexpected way): it is dropped.
-type scanError struct{ err error }
-
-func (e *scanError) Error() string { return e.err.Error() }
-func (e *scanError) Unwrap() error { return e.err }
-
 // scanAt lists and watches the directory name in the directory open at
 // parentFD, and everything below it that is not secret-shaped, and attaches
 // it to parent. A directory that is gone, or is no longer a directory, is
@@ -251,20 +245,20 @@ func (c *Cache) scanAt(parentFD int, name, path string, parent *node, st autorun
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
 		return c.unlistable(parentFD, name, path, parent, st, b)
 	case err != nil:
-		return nil, &scanError{fmt.Errorf("sandbox: opening %s to search it for secrets: %w", path, err)}
+		return nil, fmt.Errorf("sandbox: opening %s to search it for secrets: %w", path, err)
 	}
 	defer unix.Close(fd)
 	var sb unix.Stat_t
 	if err := unix.Fstat(fd, &sb); err != nil {
-		return nil, &scanError{fmt.Errorf("sandbox: %s: %w", path, err)}
+		return nil, fmt.Errorf("sandbox: %s: %w", path, err)
 	}
 	wd, err := c.w.add(fd)
 	if err != nil {
 		if errors.Is(err, unix.ENOSPC) {
-			return nil, &scanError{fmt.Errorf("sandbox: cannot watch %s for secrets: the inotify watch limit is reached "+
-				"(raise fs.inotify.max_user_watches, or narrow the grants): %w", path, ErrUnsafePath)}
+			return nil, fmt.Errorf("sandbox: cannot watch %s for secrets: the inotify watch limit is reached "+
+				"(raise fs.inotify.max_user_watches, or narrow the grants): %w", path, ErrUnsafePath)
 		}
-		return nil, &scanError{fmt.Errorf("sandbox: cannot watch %s for secrets: %w", path, err)}
+		return nil, fmt.Errorf("sandbox: cannot watch %s for secrets: %w", path, err)
 	}
 	if old := c.byWD[wd]; wd >= 0 && old != nil {
 		if old.path == path && old.ino == uint64(sb.Ino) && old.dev == uint64(sb.Dev) {
@@ -298,7 +292,7 @@ func (c *Cache) scanAt(parentFD int, name, path string, parent *node, st autorun
 	}
 	ents, err := readDir(fd, c.dirbuf)
 	if err != nil {
-		return n, &scanError{fmt.Errorf("sandbox: listing %s to search it for secrets: %w", path, err)}
+		return n, fmt.Errorf("sandbox: listing %s to search it for secrets: %w", path, err)
 	}
 	n.entries = len(ents)
 	n.subEntries, n.subDirs = n.entries, 1
@@ -374,10 +368,10 @@ func (c *Cache) unlistable(parentFD int, name, path string, parent *node, st aut
 		return nil, nil
 	}
 	if c.euid == 0 || int(sb.Uid) == c.euid {
-		return nil, &scanError{fmt.Errorf("sandbox: %s cannot be listed to search it for secrets, and the sandbox could make it readable: %w", path, ErrUnsafePath)}
+		return nil, fmt.Errorf("sandbox: %s cannot be listed to search it for secrets, and the sandbox could make it readable: %w", path, ErrUnsafePath)
 	}
 	if unix.Faccessat(parentFD, name, unix.X_OK, 0) == nil {
-		return nil, &scanError{fmt.Errorf("sandbox: %s cannot be listed to search it for secrets, but names inside it can be opened: %w", path, ErrUnsafePath)}
+		return nil, fmt.Errorf("sandbox: %s cannot be listed to search it for secrets, but names inside it can be opened: %w", path, ErrUnsafePath)
 	}
 	b.dirs++
 	n := &node{path: path, wd: -1, dev: uint64(sb.Dev), ino: uint64(sb.Ino), parent: parent, state: st,
@@ -727,7 +721,7 @@ func (c *Cache) ensure(root string, b *budget) error {
 // reprobe rescans directories found unlisted that have become listable.
 func (c *Cache) reprobe(roots []string) {
 	for path, n := range c.unlisted {
-		if !slicesContainsFunc(roots, func(r string) bool { return within(path, r) }) {
+		if !slices.ContainsFunc(roots, func(r string) bool { return within(path, r) }) {
 			continue
 		}
 		if unix.Access(path, unix.R_OK) != nil {
@@ -752,11 +746,11 @@ func (c *Cache) evict(keep []string) {
 	}
 	c.lastEvict = now
 	inUse := func(r string) bool {
-		if slicesContains(keep, r) {
+		if slices.Contains(keep, r) {
 			return true
 		}
 		for w := range c.windows {
-			if slicesContains(w.roots, r) {
+			if slices.Contains(w.roots, r) {
 				return true
 			}
 		}
@@ -816,24 +810,6 @@ func (c *Cache) forgetRoot(root string) {
 		}
 	}
 	c.drop(n, -1)
-}
-
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-func slicesContainsFunc(s []string, f func(string) bool) bool {
-	for _, x := range s {
-		if f(x) {
-			return true
-		}
-	}
-	return false
 }
 
 // relTo is path relative to dir (slash-separated, "" for dir itself).
