@@ -164,3 +164,17 @@ func jsonValue(t *testing.T, src string) any {
 	}
 	return v
 }
+
+// TestAllowAutorunParsed: a grant's allow_autorun reaches the decision (the
+// autorun guard's per-grant lift); a non-boolean drops the grant.
+func TestAllowAutorunParsed(t *testing.T) {
+	t.Parallel()
+	d := parseDecision(map[string]any{"allow": true, "fs_grants": []any{
+		map[string]any{"path": "/a", "mode": "rw", "allow_autorun": true},
+		map[string]any{"path": "/b", "mode": "rw"},
+		map[string]any{"path": "/c", "mode": "rw", "allow_autorun": "yes"},
+	}})
+	if len(d.FSGrants) != 2 || !d.FSGrants[0].AllowAutorun || d.FSGrants[1].AllowAutorun {
+		t.Errorf("grants %+v, want /a with allow_autorun, /b without, /c dropped", d.FSGrants)
+	}
+}

@@ -79,6 +79,12 @@ func detectLayout() layout {
 // fds are the descriptor numbers bwrap reads its inputs from.
 type fds struct {
 	seccomp, status, block, passwd, group, hosts int // block < 0: none
+	// autorun are the descriptors of p.AutorunReadOnly, in its order.
+	autorun []int
+	// sync is the descriptor of the call's sync file (<= 0: none), copied
+	// to syncFile after every mount: bwrap's read of it tells the runner
+	// the mounts are in place (gate_linux.go).
+	sync int
 }
 
 // synthetic files: just enough for id, whoami and "localhost".
@@ -96,8 +102,10 @@ const hostsData = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopba
 
 // args builds bwrap's argv (without argv[0]) for profile p. Order matters:
 // later mounts cover earlier ones, so system, then private dirs, then the
-// grants parents-first, then the deny overlays on top of everything, then
-// roFiles (the exec-restrict helper), each read-only at its own path.
+// grants parents-first, then the autorun guard's read-only binds, then the
+// deny overlays on top of everything, then roFiles (the exec-restrict
+// helper), each read-only at its own path, and last the sync file whose
+// copy tells the runner every mount is in place.
 func (l layout) args(p sandbox.Profile, f fds, argv []string, roFiles ...string) []string {
 	a := []string{
 		"--die-with-parent", "--new-session",
@@ -143,6 +151,17 @@ func (l layout) args(p sandbox.Profile, f fds, argv []string, roFiles ...string)
 			a = append(a, "--ro-bind", g.path, g.path)
 		}
 	}
+	// Files that run later for someone else, inside read-write grants,
+	// stay as they are (the autorun guard). Each source is a descriptor
+	// opened without following symlinks (Profile.Pin): a path source would
+	// be resolved by bwrap on the host, through whatever symlink a
+	// concurrent call swapped in. bwrap closes these descriptors before
+	// the program starts.
+	for i, g := range p.AutorunReadOnly {
+		if i < len(f.autorun) {
+			a = append(a, "--ro-bind-fd", strconv.Itoa(f.autorun[i]), g)
+		}
+	}
 	for _, d := range p.DenyDirs {
 		a = append(a, "--perms", "0000", "--tmpfs", d, "--remount-ro", d)
 	}
@@ -151,6 +170,10 @@ func (l layout) args(p sandbox.Profile, f fds, argv []string, roFiles ...string)
 	}
 	for _, file := range roFiles {
 		a = append(a, "--ro-bind", file, file)
+	}
+	// Last: bwrap copies this file after every mount above is made.
+	if f.sync > 0 {
+		a = append(a, "--perms", "0444", "--file", strconv.Itoa(f.sync), syncFile)
 	}
 	// The root itself is bwrap's tmpfs: read-only, so that nothing but the
 	// rw grants, /tmp, /var/tmp and HOME can be written.

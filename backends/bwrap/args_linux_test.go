@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,14 +36,15 @@ var goldenLayout = layout{
 func TestArgsGolden(t *testing.T) {
 	t.Parallel()
 	p := sandbox.Profile{
-		ReadOnly:  []string{"/srv/data", "/srv/work/vendor"},
-		ReadWrite: []string{"/srv/work"},
-		DenyFiles: []string{"/srv/work/.env"},
-		DenyDirs:  []string{"/srv/work/.ssh"},
-		Home:      "/tmp/portcullis-home-1",
-		Workdir:   "/srv/work",
+		ReadOnly:        []string{"/srv/data", "/srv/work/vendor"},
+		ReadWrite:       []string{"/srv/work"},
+		DenyFiles:       []string{"/srv/work/.env"},
+		DenyDirs:        []string{"/srv/work/.ssh"},
+		AutorunReadOnly: []string{"/srv/work/.git/hooks", "/srv/work/.git/config"},
+		Home:            "/tmp/portcullis-home-1",
+		Workdir:         "/srv/work",
 	}
-	f := fds{seccomp: 4, status: 5, passwd: 6, group: 7, hosts: 8, block: 9}
+	f := fds{seccomp: 4, status: 5, passwd: 6, group: 7, hosts: 8, block: 9, autorun: []int{10, 11}, sync: 12}
 	for _, posture := range []string{wire.PostureOff, wire.PostureAllowlist, wire.PostureFull} {
 		t.Run(posture, func(t *testing.T) {
 			t.Parallel()
@@ -186,28 +188,174 @@ func BenchmarkBareBwrapTrue(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	bareBwrap(b, r, p)
+}
+
+// bareBwrap runs /bin/true in bwrap with profile p's argv, without the
+// runner around it.
+func bareBwrap(b *testing.B, r *Runner, p sandbox.Profile) {
 	filter, _ := seccompFilter()
-	benchMedian(b, func() error {
-		files := make([]*os.File, 0, 5)
-		for _, d := range [][]byte{filter, nil, []byte(passwdData("")), []byte(groupData), []byte(hostsData)} {
-			rd, wr, _ := os.Pipe()
-			if d != nil {
-				_, _ = wr.Write(d)
-				wr.Close()
-				files = append(files, rd)
-			} else {
-				files = append(files, wr)
-				defer rd.Close()
+	benchMedian(b, func() error { return runBare(r, p, filter) })
+}
+
+// benchTree is a project-like grant: 2,000 directories holding 20,000 files,
+// with a git repository and a few secret-shaped files (masked).
+func benchTree(b *testing.B) string {
+	b.Helper()
+	root, err := filepath.EvalSymlinks(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	root = filepath.Join(root, "proj")
+	n := 0
+	var mk func(dir string, depth int)
+	mk = func(dir string, depth int) {
+		if n >= 2000 {
+			return
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		n++
+		for i := range 10 {
+			name := "f" + strconv.Itoa(i) + ".go"
+			if n%400 == 0 && i == 0 {
+				name = ".env"
+			}
+			if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+				b.Fatal(err)
 			}
 		}
-		cmd := exec.Command(r.bwrap, r.layout.args(p, fds{seccomp: 3, status: 4, passwd: 5, group: 6, hosts: 7, block: -1}, []string{"/bin/true"})...)
-		cmd.ExtraFiles = files
-		err := cmd.Run()
-		for _, f := range files {
-			f.Close()
+		if depth < 7 {
+			for i := range 4 {
+				mk(filepath.Join(dir, "d"+strconv.Itoa(i)), depth+1)
+			}
 		}
+	}
+	for i := 0; n < 2000; i++ {
+		mk(filepath.Join(root, "pkg"+strconv.Itoa(i)), 1)
+	}
+	for _, p := range []string{".git/config", ".git/hooks/pre-commit.sample"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), nil, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return root
+}
+
+func treeScope(tree string) wire.Scope {
+	return wire.Scope{Network: wire.Network{Posture: wire.PostureOff},
+		FSGrants: []wire.FSGrant{{Path: "/usr", Mode: wire.ModeRead}, {Path: tree, Mode: wire.ModeReadWrite}}}
+}
+
+// BenchmarkRunnerTree is /bin/true through the runner with a read-write
+// grant of a 20k-file tree (warm scan cache, masks, autorun binds, the
+// mount check before release and the post-run guard).
+func BenchmarkRunnerTree(b *testing.B) {
+	requireBwrap(b)
+	tree := benchTree(b)
+	r := New(Options{})
+	s := sandbox.Spec{Argv: []string{"/bin/true"}, Env: []string{"PATH=/usr/bin:/bin"}, Timeout: 10 * time.Second, MaxOutputBytes: 4096,
+		Scope: treeScope(tree)}
+	if _, err := r.Run(context.Background(), s); err != nil { // warm the cache
+		b.Fatal(err)
+	}
+	benchMedian(b, func() error {
+		_, err := r.Run(context.Background(), s)
 		return err
 	})
+}
+
+// BenchmarkBareBwrapTree is bwrap alone with the same mounts as
+// BenchmarkRunnerTree (the profile computed once, outside the loop).
+func BenchmarkBareBwrapTree(b *testing.B) {
+	requireBwrap(b)
+	tree := benchTree(b)
+	r := New(Options{PidsMax: -1})
+	p, err := sandbox.BuildProfile(sandbox.Spec{Scope: treeScope(tree)}, r.opts.Profile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bareBwrap(b, r, p)
+}
+
+// BenchmarkRunnerVsBareTree alternates the two above in one loop, so that
+// the load of a shared machine weighs on both alike, and reports both
+// medians and their ratio (the runner's cost over bare bwrap).
+func BenchmarkRunnerVsBareTree(b *testing.B) {
+	requireBwrap(b)
+	tree := benchTree(b)
+	r := New(Options{})
+	s := sandbox.Spec{Argv: []string{"/bin/true"}, Env: []string{"PATH=/usr/bin:/bin"}, Timeout: 10 * time.Second, MaxOutputBytes: 4096,
+		Scope: treeScope(tree)}
+	if _, err := r.Run(context.Background(), s); err != nil {
+		b.Fatal(err)
+	}
+	p, err := sandbox.BuildProfile(sandbox.Spec{Scope: treeScope(tree)}, r.opts.Profile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bare := New(Options{PidsMax: -1})
+	filter, _ := seccompFilter()
+	var runner, plain []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := r.Run(context.Background(), s); err != nil {
+			b.Fatal(err)
+		}
+		runner = append(runner, time.Since(t0))
+		t0 = time.Now()
+		if err := runBare(bare, p, filter); err != nil {
+			b.Fatal(err)
+		}
+		plain = append(plain, time.Since(t0))
+	}
+	slices.Sort(runner)
+	slices.Sort(plain)
+	rm, pm := runner[len(runner)/2], plain[len(plain)/2]
+	b.ReportMetric(float64(rm.Microseconds())/1000, "runner-p50-ms")
+	b.ReportMetric(float64(pm.Microseconds())/1000, "bare-p50-ms")
+	b.ReportMetric(float64(rm)/float64(pm), "ratio")
+	// The fastest runs approach what an idle machine would show.
+	b.ReportMetric(float64(runner[0].Microseconds())/1000, "runner-min-ms")
+	b.ReportMetric(float64(plain[0].Microseconds())/1000, "bare-min-ms")
+}
+
+func runBare(r *Runner, p sandbox.Profile, filter []byte) error {
+	files := make([]*os.File, 0, 5)
+	var status *os.File
+	for _, d := range [][]byte{filter, nil, []byte(passwdData("")), []byte(groupData), []byte(hostsData)} {
+		rd, wr, _ := os.Pipe()
+		if d != nil {
+			_, _ = wr.Write(d)
+			wr.Close()
+			files = append(files, rd)
+		} else {
+			files = append(files, wr)
+			status = rd
+		}
+	}
+	defer status.Close()
+	pinned, err := p.Pin()
+	if err != nil {
+		return err
+	}
+	f := fds{seccomp: 3, status: 4, passwd: 5, group: 6, hosts: 7, block: -1, sync: -1}
+	for _, pf := range pinned {
+		f.autorun = append(f.autorun, 3+len(files))
+		files = append(files, pf)
+	}
+	cmd := exec.Command(r.bwrap, r.layout.args(p, f, []string{"/bin/true"})...)
+	cmd.ExtraFiles = files
+	err = cmd.Run()
+	for _, f := range files {
+		f.Close()
+	}
+	return err
 }
 
 // BenchmarkForkExecTrue is the floor: /bin/true, no sandbox.

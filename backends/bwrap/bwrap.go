@@ -51,7 +51,8 @@ type Options struct {
 	// created, instead of running with only the timeout to stop a fork
 	// bomb.
 	RequirePidsLimit bool
-	// Profile tunes the deny-overlay search.
+	// Profile tunes the search of the granted trees for secrets and
+	// autorun files (its budget, the trees skipped).
 	Profile sandbox.ProfileOptions
 	// Resolver resolves allowed names for the egress proxy. Default: the
 	// system resolver.
@@ -66,6 +67,13 @@ type Runner struct {
 	proc    *process.Runner
 	layout  layout
 	cgroups *cgroup.Parent
+	// cache keeps the granted trees searched and watched between calls.
+	cache *sandbox.Cache
+	// frz stops the calls that could write to a tree while another call's
+	// sandbox over it is being built.
+	frz *freezer
+	// sync tells when a sandbox's mounts are in place.
+	sync syncWatcher
 }
 
 // Name is the backend name recorded in the enforced scope and the receipt.

@@ -34,3 +34,9 @@ type Report struct {
 func (r *Runner) Report(ctx context.Context) Report {
 	return Report{Errors: map[string]string{"bwrap": errNotLinux.Error()}}
 }
+
+// freezer exists only on Linux.
+type freezer struct{}
+
+// syncWatcher exists only on Linux.
+type syncWatcher struct{}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,12 +28,23 @@ func (r *Runner) Probe(ctx context.Context) error {
 func (r *Runner) probePosture(ctx context.Context, posture string) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	// A granted directory, so that the probe also goes through the search
+	// for secrets and the check of the mounts before the program starts.
+	dir, err := os.MkdirTemp("", "portcullis-probe-")
+	if err != nil {
+		return fmt.Errorf("bwrap probe: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
 	res, err := r.Run(ctx, sandbox.Spec{
 		Argv:           []string{"/bin/true"},
 		Env:            []string{"PATH=/usr/bin:/bin"},
 		Timeout:        10 * time.Second,
 		MaxOutputBytes: 4096,
-		Scope:          wire.Scope{Network: wire.Network{Posture: posture, Allow: []string{}}},
+		Scope: wire.Scope{Network: wire.Network{Posture: posture, Allow: []string{}},
+			FSGrants: []wire.FSGrant{{Path: dir, Mode: wire.ModeRead}}},
 	})
 	if err != nil {
 		return fmt.Errorf("bwrap probe (posture %s): %w", posture, err)

@@ -46,6 +46,8 @@ func New(opts Options) *Runner {
 	if len(r.opts.Profile.SkipScan) == 0 {
 		r.opts.Profile.SkipScan = []string{"/usr", "/etc", "/opt", "/var/lib", "/nix"}
 	}
+	r.cache = sandbox.NewCache(r.opts.Profile)
+	r.frz = newFreezer()
 	r.proc = process.New(process.Options{Logger: r.log, HelperPath: opts.HelperPath})
 	r.layout = detectLayout()
 	if r.opts.PidsMax > 0 {
@@ -58,20 +60,55 @@ func New(opts Options) *Runner {
 	return r
 }
 
+// maxBuildAttempts bounds how many times one call's sandbox is built when
+// its granted tree keeps changing under it before the program starts
+// (sandbox.ErrTreeChanged): past it the call fails, nothing having run.
+const maxBuildAttempts = 4
+
 // Run executes spec inside bubblewrap. The error is for a run that could not
 // start or whose sandbox could not be set up (the program never ran); it
-// wraps sandbox.ErrUnsafePath when a grant or deny path is unsafe to mount.
+// wraps sandbox.ErrUnsafePath when a grant or deny path is unsafe to mount,
+// when the granted trees are too large to search for secrets
+// (sandbox.ErrScanBudget), or when they kept changing while the sandbox was
+// built (sandbox.ErrTreeChanged).
 func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
-	prof, err := sandbox.BuildProfile(spec, r.opts.Profile)
-	if err != nil {
-		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
-	}
 	if len(spec.Argv) == 0 {
 		return sandbox.Result{}, errors.New("bwrap: empty argv")
 	}
 	if _, err := os.Stat(r.bwrap); err != nil {
 		return sandbox.Result{}, fmt.Errorf("bwrap: %s: %w", r.bwrap, err)
 	}
+	for attempt := 1; ; attempt++ {
+		res, err := r.runOnce(ctx, spec)
+		if err == nil || !errors.Is(err, sandbox.ErrTreeChanged) || attempt == maxBuildAttempts || ctx.Err() != nil {
+			return res, err
+		}
+		r.log.DebugContext(ctx, "bwrap: granted tree changed while the sandbox was built; building it again", "attempt", attempt, "error", err)
+	}
+}
+
+// runOnce builds the sandbox from the scan cache and runs the program in it.
+// Once bwrap has every mount in place, and before the program starts, the
+// profile's window is verified: a change in the granted trees since the
+// profile was computed that could leave a mask on the wrong file discards
+// this sandbox (ErrTreeChanged). After the run, the autorun guard moves
+// aside what the program planted.
+func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	// The running programs of other calls that could write to the trees
+	// this sandbox searches are stopped until its mounts are verified
+	// (freeze_linux.go).
+	hold := r.frz.begin(sandbox.ScanRoots(spec.Scope.FSGrants, r.opts.Profile.SkipScan))
+	defer hold.end()
+	prof, win, err := r.cache.Build(spec)
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
+	}
+	released := false
+	defer func() {
+		if !released {
+			win.Close()
+		}
+	}()
 
 	var files openFiles
 	defer files.closeAll()
@@ -106,7 +143,7 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 	}
 	// ExtraFiles become fds 3, 4, ... in this order (Launch.Direct).
 	var extra []*os.File
-	f := fds{seccomp: 3, status: 4, passwd: 5, group: 6, hosts: 7, block: 8}
+	f := fds{seccomp: 3, status: 4, passwd: 5, group: 6, hosts: 7, block: 8, sync: -1}
 	seccompR, err := data(filter)
 	if err != nil {
 		return sandbox.Result{}, err
@@ -157,6 +194,36 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 	}
 	files.add(blockW)
 	extra = append(extra, blockR)
+	// The autorun guard's read-only binds, by descriptor; a target that
+	// moved since the profile was computed means building it again.
+	pinned, err := prof.Pin()
+	if err != nil {
+		for _, e := range extra {
+			_ = e.Close()
+		}
+		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
+	}
+	for _, p := range pinned {
+		files.add(p)
+		f.autorun = append(f.autorun, 3+len(extra))
+		extra = append(extra, p)
+	}
+	// The mount check's signal (gate_linux.go).
+	var syncF *os.File
+	var ready <-chan struct{}
+	if win.Active() {
+		var wd int
+		syncF, wd, ready, err = r.sync.watch()
+		if err != nil {
+			for _, e := range extra {
+				_ = e.Close()
+			}
+			return sandbox.Result{}, err
+		}
+		defer r.sync.done(syncF, wd)
+		f.sync = 3 + len(extra)
+		extra = append(extra, syncF)
+	}
 
 	env := spec.Env
 	var net *netSandbox
@@ -204,6 +271,31 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 	}
 
 	st := &statusReader{cg: cg, block: blockW, limits: limits}
+	var running *runningCall // set by the gate, read after statusDone
+	exited := make(chan struct{})
+	st.gate = func(pid int) error {
+		if win.Active() {
+			err := awaitReady(ctx, ready, exited, syncF)
+			if err != nil {
+				// bwrap fails when a bind's source vanished (a tree
+				// change since the profile): then build again.
+				if verr := win.Verify(); errors.Is(verr, sandbox.ErrTreeChanged) {
+					err = verr
+				} else {
+					err = fmt.Errorf("bwrap: waiting for the sandbox's mounts: %w", err)
+				}
+			} else {
+				err = win.Verify()
+			}
+			if err != nil {
+				hold.end()
+				return err
+			}
+		}
+		running = hold.release(prof.ReadWrite, cg, pid)
+		return nil
+	}
+
 	statusDone := make(chan struct{})
 	go func() {
 		defer close(statusDone)
@@ -211,13 +303,24 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 	}()
 
 	res, runErr := r.proc.RunLaunch(ctx, inner, launch)
+	close(exited)
 	// bwrap is gone; its status pipe reaches EOF unless a stray holder
 	// keeps it open, which the deadline covers.
 	_ = statusR.SetReadDeadline(time.Now().Add(time.Second))
 	<-statusDone
+	r.frz.unregister(running)
 	if net != nil {
 		stats := net.finish()
 		res.Network = &stats
+	}
+	if st.wasReleased() {
+		// The program may have run: the guard looks at what it left.
+		released = true
+		res.Autorun = win.Finish()
+		for _, ch := range res.Autorun {
+			r.log.WarnContext(ctx, "bwrap: autorun guard: the run created or replaced a file that runs later for someone else",
+				"path", ch.Path, "reason", ch.Reason, "moved_to", ch.QuarantinedAs, "error", ch.Error)
+		}
 	}
 	if runErr != nil {
 		return sandbox.Result{}, fmt.Errorf("bwrap: %w", runErr)
@@ -276,11 +379,15 @@ type statusReader struct {
 	cg     *cgroup.Call
 	block  *os.File
 	limits []process.Rlimit
+	// gate, when set, runs after the limits and the cgroup and before the
+	// child is released; an error kills the child instead.
+	gate func(pid int) error
 
-	mu      sync.Mutex
-	err     error
-	code    int
-	gotExit bool
+	mu       sync.Mutex
+	err      error
+	code     int
+	gotExit  bool
+	released bool
 }
 
 func (s *statusReader) read(rd io.Reader) {
@@ -333,11 +440,27 @@ func (s *statusReader) release(pid int) error {
 			return err
 		}
 	}
+	if s.gate != nil {
+		if err := s.gate(pid); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.released = true
+	s.mu.Unlock()
 	if _, err := s.block.Write([]byte{'1'}); err != nil {
 		return fmt.Errorf("bwrap: releasing the sandbox: %w", err)
 	}
 	_ = s.block.Close()
 	return nil
+}
+
+// wasReleased reports whether the child was let go (the program may have
+// run).
+func (s *statusReader) wasReleased() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.released
 }
 
 func (s *statusReader) setErr(err error) {

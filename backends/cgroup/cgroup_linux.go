@@ -336,6 +336,10 @@ func (c *Call) killListed(pids []int) {
 	}
 }
 
+// Pids lists the processes in the call's cgroup now (the runner stops and
+// continues them around another call's sandbox setup).
+func (c *Call) Pids() ([]int, error) { return c.pids() }
+
 // pids lists the cgroup's processes.
 func (c *Call) pids() ([]int, error) {
 	b, err := os.ReadFile(c.ProcsPath())

@@ -32,3 +32,6 @@ func (c *Call) Peak() int { return -1 }
 
 // OOMKills is always 0 outside Linux.
 func (c *Call) OOMKills() int { return 0 }
+
+// Pids fails outside Linux.
+func (c *Call) Pids() ([]int, error) { return nil, errNotLinux }

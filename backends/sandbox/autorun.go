@@ -85,3 +85,60 @@ func hasSegs(segs, prefix []string) bool {
 	}
 	return true
 }
+
+// autorunState is where a tree walk stands for the autorun guard: the
+// incremental form of AutorunPath. A walk that carries it classifies each
+// entry in constant time instead of re-splitting the entry's whole path, so
+// a scan of a large tree costs one map lookup or two per entry.
+type autorunState struct {
+	underDir bool   // the directory is, or lies below, a guarded directory
+	base     string // the directory's own base name ("" at the walk's root)
+}
+
+// child reports whether the entry name inside the directory s describes is
+// guarded (what AutorunPath says of the entry's path relative to the walk's
+// root), and the state of that entry as a directory.
+func (s autorunState) child(name string) (guarded bool, next autorunState) {
+	under := s.underDir || autorunDir1[name] || autorunDir2[[2]string{s.base, name}]
+	guarded = under || autorunNames[name] || autorunFile2[[2]string{s.base, name}]
+	return guarded, autorunState{underDir: under, base: name}
+}
+
+// autorunStateOf is the state of the directory at rel (slash-separated,
+// relative to the walk's root; "" for the root itself).
+func autorunStateOf(rel string) autorunState {
+	var s autorunState
+	for _, seg := range strings.Split(strings.Trim(rel, "/"), "/") {
+		if seg != "" {
+			_, s = s.child(seg)
+		}
+	}
+	return s
+}
+
+// The pattern tables as maps, for child. Every pattern has one or two
+// segments; init refuses a longer one, which child could not match.
+var (
+	autorunDir1  = map[string]bool{}
+	autorunDir2  = map[[2]string]bool{}
+	autorunFile2 = map[[2]string]bool{}
+)
+
+func init() {
+	for _, d := range autorunDirs {
+		switch len(d) {
+		case 1:
+			autorunDir1[d[0]] = true
+		case 2:
+			autorunDir2[[2]string{d[0], d[1]}] = true
+		default:
+			panic("sandbox: autorun directory patterns have one or two segments")
+		}
+	}
+	for _, f := range autorunFiles {
+		if len(f) != 2 {
+			panic("sandbox: autorun file patterns have two segments")
+		}
+		autorunFile2[[2]string{f[0], f[1]}] = true
+	}
+}

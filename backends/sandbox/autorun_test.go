@@ -32,3 +32,37 @@ func TestAutorunPath(t *testing.T) {
 		})
 	}
 }
+
+// TestAutorunStateMatchesAutorunPath: the incremental form a tree walk uses
+// says exactly what AutorunPath says, for every prefix of many paths built
+// from the segments the patterns are made of.
+func TestAutorunStateMatchesAutorunPath(t *testing.T) {
+	t.Parallel()
+	segs := []string{".git", "hooks", "config", ".github", "workflows", ".config", "fish", "autostart",
+		".vscode", "tasks.json", "settings.json", ".husky", ".bashrc", "src", "x", ".circleci", ".idea", "workspace.xml", "Jenkinsfile"}
+	rng := uint64(1)
+	next := func(n int) int {
+		rng = rng*6364136223846793005 + 1442695040888963407
+		return int((rng >> 33) % uint64(n))
+	}
+	for range 20000 {
+		var s autorunState
+		path := ""
+		for d := 0; d < 1+next(6); d++ {
+			seg := segs[next(len(segs))]
+			if path == "" {
+				path = seg
+			} else {
+				path += "/" + seg
+			}
+			var got bool
+			got, s = s.child(seg)
+			if _, want := AutorunPath(path); got != want {
+				t.Fatalf("child along %q = %v, AutorunPath = %v", path, got, want)
+			}
+			if st := autorunStateOf(path); st != s {
+				t.Fatalf("autorunStateOf(%q) = %+v, walk gave %+v", path, st, s)
+			}
+		}
+	}
+}

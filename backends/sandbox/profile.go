@@ -25,6 +25,10 @@ type Profile struct {
 	// of the gateway user's home, .env files, and the policy's fs_deny.
 	DenyFiles []string `json:"deny_files"`
 	DenyDirs  []string `json:"deny_dirs"`
+	// AutorunReadOnly are existing files and directories inside read-write
+	// grants that run later for someone else (AutorunPath), bound read-only
+	// over the grant unless the grant sets allow_autorun.
+	AutorunReadOnly []string `json:"autorun_read_only"`
 	// Network is the posture and the allowlist the egress proxy enforces.
 	Network wire.Network `json:"network"`
 	// EnvNames are the names (never values) of the program's environment.
@@ -41,14 +45,14 @@ type ProfileOptions struct {
 	// UserHome is the gateway user's home, whose credential directories
 	// are hidden when a grant covers them. Default: os.UserHomeDir.
 	UserHome string
-	// EnvScanDepth bounds how deep granted trees are searched for .env
-	// files (1 = the grant's own entries). Default 4.
-	EnvScanDepth int
-	// EnvScanMaxEntries bounds how many entries that search may visit
-	// over all grants; a tree too large to search fails the call rather
-	// than run with secrets possibly exposed. Default 200000.
-	EnvScanMaxEntries int
-	// SkipScan lists trees not searched for .env files (system
+	// MaxScanEntries and MaxScanDirs bound the granted trees one call may
+	// cover: every entry and directory below every searched grant counts.
+	// Secret-shaped names are hidden at every depth, so a call whose trees
+	// are larger is refused (ErrScanBudget) rather than run unsearched.
+	// Defaults DefaultMaxScanEntries and DefaultMaxScanDirs.
+	MaxScanEntries int
+	MaxScanDirs    int
+	// SkipScan lists trees not searched for secret-shaped names (system
 	// directories such as /usr that hold no user secrets and would be
 	// slow to walk).
 	SkipScan []string
@@ -66,19 +70,24 @@ var HomeSecrets = []string{
 // kernel filesystem. Callers map it to sandbox_violation.
 var ErrUnsafePath = errors.New("unsafe path for the sandbox")
 
-// BuildProfile computes the Profile of spec. It refuses (ErrUnsafePath)
-// rather than mount something it cannot vouch for: deny overlays and grants
-// are lstat'ed, never followed, because bwrap would mount over a symlink's
-// target (bubblewrap#390).
+// BuildProfile computes the Profile of spec with a fresh search of the
+// granted trees, verifying nothing afterwards: for tests and for runners
+// without a long-lived Cache. It refuses (ErrUnsafePath) rather than mount
+// something it cannot vouch for: deny overlays and grants are lstat'ed,
+// never followed, because bwrap would mount over a symlink's target
+// (bubblewrap#390).
 func BuildProfile(spec Spec, opts ProfileOptions) (Profile, error) {
-	if opts.EnvScanDepth <= 0 {
-		opts.EnvScanDepth = 4
-	}
-	if opts.EnvScanMaxEntries <= 0 {
-		opts.EnvScanMaxEntries = 200000
-	}
+	c := newUncachedCache(opts)
+	p, w, err := c.Build(spec)
+	w.Close()
+	return p, err
+}
+
+// baseProfile is the part of the profile that needs no file system search:
+// network, environment names, home, and the checked grants (parents first).
+func baseProfile(spec Spec) (Profile, []wire.FSGrant, error) {
 	p := Profile{
-		ReadOnly: []string{}, ReadWrite: []string{}, DenyFiles: []string{}, DenyDirs: []string{},
+		ReadOnly: []string{}, ReadWrite: []string{}, DenyFiles: []string{}, DenyDirs: []string{}, AutorunReadOnly: []string{},
 		Network:  spec.Scope.Network,
 		EnvNames: []string{},
 		Workdir:  spec.Dir,
@@ -93,7 +102,7 @@ func BuildProfile(spec Spec, opts ProfileOptions) (Profile, error) {
 	switch p.Network.Posture {
 	case wire.PostureOff, wire.PostureAllowlist, wire.PostureFull:
 	default:
-		return Profile{}, fmt.Errorf("sandbox: unknown network posture %q", p.Network.Posture)
+		return Profile{}, nil, fmt.Errorf("sandbox: unknown network posture %q", p.Network.Posture)
 	}
 	for _, kv := range spec.Env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -104,7 +113,7 @@ func BuildProfile(spec Spec, opts ProfileOptions) (Profile, error) {
 	}
 	slices.Sort(p.EnvNames)
 	if p.Home != "" && (!filepath.IsAbs(p.Home) || filepath.Clean(p.Home) != p.Home || p.Home == "/") {
-		return Profile{}, fmt.Errorf("sandbox: HOME %q is not a clean absolute directory: %w", p.Home, ErrUnsafePath)
+		return Profile{}, nil, fmt.Errorf("sandbox: HOME %q is not a clean absolute directory: %w", p.Home, ErrUnsafePath)
 	}
 
 	grants := slices.Clone(spec.Scope.FSGrants)
@@ -112,7 +121,7 @@ func BuildProfile(spec Spec, opts ProfileOptions) (Profile, error) {
 	slices.SortStableFunc(grants, func(a, b wire.FSGrant) int { return len(a.Path) - len(b.Path) })
 	for _, g := range grants {
 		if err := checkGrant(g.Path); err != nil {
-			return Profile{}, err
+			return Profile{}, nil, err
 		}
 		switch g.Mode {
 		case wire.ModeRead:
@@ -120,12 +129,15 @@ func BuildProfile(spec Spec, opts ProfileOptions) (Profile, error) {
 		case wire.ModeReadWrite:
 			p.ReadWrite = append(p.ReadWrite, g.Path)
 		default:
-			return Profile{}, fmt.Errorf("sandbox: grant %s has mode %q, want r or rw", g.Path, g.Mode)
+			return Profile{}, nil, fmt.Errorf("sandbox: grant %s has mode %q, want r or rw", g.Path, g.Mode)
 		}
 	}
-	all := append(slices.Clone(p.ReadOnly), p.ReadWrite...)
-	d := denySet{files: map[string]bool{}, dirs: map[string]bool{}}
+	return p, grants, nil
+}
 
+// explicitDenies are the gateway user's credential stores and the policy's
+// fs_deny, hidden by path when a grant covers them.
+func explicitDenies(d *denySet, spec Spec, opts ProfileOptions, all []string) error {
 	home := opts.UserHome
 	if home == "" {
 		home, _ = os.UserHomeDir()
@@ -134,30 +146,20 @@ func BuildProfile(spec Spec, opts ProfileOptions) (Profile, error) {
 		if real, err := filepath.EvalSymlinks(home); err == nil {
 			for _, rel := range HomeSecrets {
 				if err := d.add(filepath.Join(real, rel), all); err != nil {
-					return Profile{}, err
+					return err
 				}
 			}
 		}
 	}
 	for _, path := range spec.Scope.FSDeny {
 		if !filepath.IsAbs(path) || filepath.Clean(path) != path {
-			return Profile{}, fmt.Errorf("sandbox: fs_deny path %q is not clean and absolute: %w", path, ErrUnsafePath)
+			return fmt.Errorf("sandbox: fs_deny path %q is not clean and absolute: %w", path, ErrUnsafePath)
 		}
 		if err := d.add(path, all); err != nil {
-			return Profile{}, err
+			return err
 		}
 	}
-	budget := opts.EnvScanMaxEntries
-	for _, root := range all {
-		if slices.ContainsFunc(opts.SkipScan, func(s string) bool { return within(root, s) }) {
-			continue
-		}
-		if err := d.scanEnv(root, opts.EnvScanDepth, &budget, all); err != nil {
-			return Profile{}, err
-		}
-	}
-	p.DenyFiles, p.DenyDirs = d.sorted()
-	return p, nil
+	return nil
 }
 
 // checkGrant refuses grants that cannot be bound safely.
@@ -219,43 +221,6 @@ func (d *denySet) addInfo(path string, fi fs.FileInfo) error {
 		d.dirs[path] = true
 	default:
 		d.files[path] = true
-	}
-	return nil
-}
-
-// scanEnv hides .env* entries in root, depth levels deep, without following
-// symlinks. Running out of budget fails: an unsearched tree may hold one.
-func (d *denySet) scanEnv(root string, depth int, budget *int, grants []string) error {
-	if depth <= 0 {
-		return nil
-	}
-	ents, err := os.ReadDir(root)
-	if err != nil {
-		// A file grant, or a directory the gateway itself cannot list:
-		// the sandbox, with fewer rights, cannot list it either.
-		return nil
-	}
-	for _, e := range ents {
-		*budget--
-		if *budget < 0 {
-			return fmt.Errorf("sandbox: granted trees too large to search for .env files (raise the scan limit or narrow the grant %s): %w", root, ErrUnsafePath)
-		}
-		path := filepath.Join(root, e.Name())
-		if strings.HasPrefix(e.Name(), ".env") {
-			fi, err := os.Lstat(path)
-			if err != nil {
-				continue
-			}
-			if err := d.addInfo(path, fi); err != nil {
-				return err
-			}
-			continue
-		}
-		if e.IsDir() && e.Type()&fs.ModeSymlink == 0 {
-			if err := d.scanEnv(path, depth-1, budget, grants); err != nil {
-				return err
-			}
-		}
 	}
 	return nil
 }

@@ -47,9 +47,10 @@ func TestBuildProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantFiles := []string{envFile, policyDeny}
+	wantFiles := []string{deep, envFile, policyDeny}
+	slices.Sort(wantFiles)
 	if !slices.Equal(p.DenyFiles, wantFiles) {
-		t.Errorf("deny files %v, want %v (the .env below the scan depth and the one outside every grant are not listed)", p.DenyFiles, wantFiles)
+		t.Errorf("deny files %v, want %v (every depth; the one outside every grant is not listed)", p.DenyFiles, wantFiles)
 	}
 	wantDirs := []string{filepath.Join(root, "work/a/.envs"), filepath.Join(home, ".ssh")}
 	slices.Sort(wantDirs)
@@ -80,7 +81,7 @@ func TestBuildProfile(t *testing.T) {
 			t.Errorf("%s: err %v, want ErrUnsafePath", name, err)
 		}
 	}
-	if _, err := BuildProfile(spec, ProfileOptions{UserHome: home, EnvScanMaxEntries: 3}); !errors.Is(err, ErrUnsafePath) {
+	if _, err := BuildProfile(spec, ProfileOptions{UserHome: home, MaxScanEntries: 3}); !errors.Is(err, ErrUnsafePath) || !errors.Is(err, ErrScanBudget) {
 		t.Errorf("scan budget exhausted: err %v, want a refusal", err)
 	}
 	sshLinkHome := mk("home/y")

@@ -65,6 +65,11 @@ type Result struct {
 	// Profile is the OS sandbox the program really ran in, for evidence.
 	// Nil for runners that do not confine (process).
 	Profile *Profile `json:"profile,omitempty"`
+	// Autorun lists what the autorun guard found the run created or
+	// replaced (and moved aside): files that run later for someone else,
+	// inside read-write grants without allow_autorun. The caller reports
+	// the call as refused (fs_denied) when it is not empty.
+	Autorun []AutorunChange `json:"autorun,omitempty"`
 }
 
 // NetworkStats is what one call's egress proxy saw; it is wire vocabulary

@@ -31,7 +31,7 @@ func chooseRunner(ctx context.Context, cfg config.Config, log *slog.Logger) (exe
 	case "process":
 		return processRunner(cfg, helper, log)
 	case "bwrap", "seatbelt":
-		r, err := openSandbox(ctx, b, helper, log)
+		r, err := openSandbox(ctx, cfg, b, helper, log)
 		if err == nil {
 			return r, nil
 		}
@@ -42,7 +42,7 @@ func chooseRunner(ctx context.Context, cfg config.Config, log *slog.Logger) (exe
 		log.Warn("Exec and code.run are refused (sandbox_unavailable): "+reason, "backend", b)
 		return unavailableRunner{reason: reason}, nil
 	default: // auto
-		r, err := openSandbox(ctx, osSandbox, helper, log)
+		r, err := openSandbox(ctx, cfg, osSandbox, helper, log)
 		if err == nil {
 			return r, nil
 		}
@@ -53,10 +53,11 @@ func chooseRunner(ctx context.Context, cfg config.Config, log *slog.Logger) (exe
 }
 
 // openSandbox returns the named OS sandbox runner once its probe passed.
-func openSandbox(ctx context.Context, name, helper string, log *slog.Logger) (exectool.Runner, error) {
+func openSandbox(ctx context.Context, cfg config.Config, name, helper string, log *slog.Logger) (exectool.Runner, error) {
 	switch name {
 	case "bwrap":
-		r := bwrap.New(bwrap.Options{Logger: log, HelperPath: helper})
+		r := bwrap.New(bwrap.Options{Logger: log, HelperPath: helper, Profile: sandbox.ProfileOptions{
+			MaxScanEntries: cfg.Sandbox.MaskMaxEntries, MaxScanDirs: cfg.Sandbox.MaskMaxDirs}})
 		if err := r.Probe(ctx); err != nil {
 			return nil, err
 		}

@@ -260,16 +260,18 @@ type Sandbox struct {
 	// and code.run are refused (sandbox_unavailable). The process backend,
 	// which confines nothing but resources, runs only when named here.
 	Backend string `yaml:"backend"`
-	// Require (default true): never run a call with less confinement than
-	// configured. A named sandbox backend (bwrap, seatbelt) that does not
-	// work here stops serve at start; false starts anyway and refuses
-	// Exec and code.run with sandbox_unavailable.
-	Require bool `yaml:"require"`
+	Require bool   `yaml:"require"`
 	// RunAs is the "uid:gid" the process backend runs programs as when the
 	// gateway runs as root (default 65534:65534, nobody), so that they
 	// cannot read the gateway's config, keys, evidence or memory. Only for
 	// backend process; uid and gid 0 are refused.
 	RunAs string `yaml:"run_as"`
+	// MaskMaxEntries and MaskMaxDirs bound the granted trees one call may
+	// cover under bwrap: secret-shaped files are hidden at every depth, so
+	// a call whose trees are larger is refused. 0: the defaults (200000
+	// and 20000).
+	MaskMaxEntries int `yaml:"mask_max_entries"`
+	MaskMaxDirs    int `yaml:"mask_max_dirs"`
 }
 
 // DefaultRunAs is the process backend's uid and gid under a root gateway.
@@ -673,6 +675,12 @@ func (c *Config) Validate() error {
 		if err := privateFile(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			bad("evidence.signing_key", "%v", err)
 		}
+	}
+	if n := c.Sandbox.MaskMaxEntries; n < 0 || n > 10_000_000 {
+		bad("sandbox.mask_max_entries", "want 0 (the default, 200000) to 10000000, got %d", n)
+	}
+	if n := c.Sandbox.MaskMaxDirs; n < 0 || n > 1_000_000 {
+		bad("sandbox.mask_max_dirs", "want 0 (the default, 20000) to 1000000, got %d", n)
 	}
 	if d := c.Tools.Deno; d != "" {
 		if fi, err := os.Stat(d); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {

@@ -1,0 +1,184 @@
+package bwrap
+
+import (
+	"slices"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/portcullis/portcullis/backends/cgroup"
+	"github.com/portcullis/portcullis/backends/sandbox"
+)
+
+// While bwrap builds a sandbox it resolves every mount destination by path,
+// and creates a missing one with stat then creat(2), which truncates. A
+// program in another sandbox with write access to the same tree, renaming
+// directories in a loop, can therefore move a masked secret (or a guarded
+// file) into a path between bwrap's stat and its creat, and have bwrap
+// truncate it; or leave mount points behind. The masks' check (Window.Verify)
+// keeps such a sandbox from running, but cannot undo a truncation.
+//
+// So the runner stops (SIGSTOP) every running program of its own calls that
+// could write to a tree the new sandbox searches, from before the profile is
+// computed until the sandbox's mounts are verified (a few milliseconds), and
+// continues them (SIGCONT) afterwards. A call released while another's setup
+// holds its tree starts stopped. Only calls with a pids cgroup can be
+// enumerated; others are not stopped (docs/sandbox.md).
+
+// freezer tracks the runner's running calls and the setups in progress.
+type freezer struct {
+	mu      sync.Mutex
+	running map[*runningCall]struct{}
+	setups  map[*setupHold]struct{}
+}
+
+// runningCall is a call whose program may run.
+type runningCall struct {
+	rw      []string     // its read-write grants
+	cg      *cgroup.Call // its processes
+	holds   int          // setups holding it stopped
+	stopped []int        // the pids stopped for them
+}
+
+// setupHold is a setup in progress and the calls it holds stopped.
+type setupHold struct {
+	f     *freezer
+	roots []string
+	held  []*runningCall
+	done  bool
+}
+
+func newFreezer() *freezer {
+	return &freezer{running: map[*runningCall]struct{}{}, setups: map[*setupHold]struct{}{}}
+}
+
+func overlaps(a, b []string) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if sandbox.Within(x, y) || sandbox.Within(y, x) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// begin stops the running calls that could write to roots, and keeps any
+// call released meanwhile stopped, until end.
+func (f *freezer) begin(roots []string) *setupHold {
+	s := &setupHold{f: f, roots: roots}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(roots) == 0 {
+		s.done = true
+		return s
+	}
+	f.setups[s] = struct{}{}
+	for rc := range f.running {
+		if overlaps(rc.rw, roots) {
+			s.hold(rc)
+		}
+	}
+	return s
+}
+
+func (s *setupHold) hold(rc *runningCall) {
+	s.held = append(s.held, rc)
+	rc.holds++
+	if rc.holds == 1 {
+		rc.stopped = stopAll(rc.cg)
+	}
+}
+
+// end continues what begin stopped (once; safe to call again).
+func (s *setupHold) end() {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	s.endLocked()
+}
+
+func (s *setupHold) endLocked() {
+	if s.done {
+		return
+	}
+	s.done = true
+	delete(s.f.setups, s)
+	for _, rc := range s.held {
+		rc.holds--
+		if rc.holds == 0 {
+			for _, pid := range rc.stopped {
+				_ = unix.Kill(pid, unix.SIGCONT)
+			}
+			rc.stopped = nil
+		}
+	}
+	s.held = nil
+}
+
+// release ends this setup and records its call, about to be released, as
+// running, in one step: a setup that begins afterwards finds it and stops
+// it. When another setup in progress holds its tree, its (still blocked)
+// sandbox process is stopped first, so that it starts only when that setup
+// ends. A call that cannot write to any tree, or has no cgroup to
+// enumerate, is not recorded (nil).
+func (s *setupHold) release(rw []string, cg *cgroup.Call, pid int) *runningCall {
+	f := s.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s.endLocked()
+	if len(rw) == 0 || cg == nil {
+		return nil
+	}
+	rc := &runningCall{rw: rw, cg: cg}
+	f.running[rc] = struct{}{}
+	for other := range f.setups {
+		if overlaps(rw, other.roots) {
+			other.held = append(other.held, rc)
+			rc.holds++
+		}
+	}
+	if rc.holds > 0 {
+		_ = unix.Kill(pid, unix.SIGSTOP)
+		rc.stopped = []int{pid}
+	}
+	return rc
+}
+
+// unregister forgets a call whose program has ended.
+func (f *freezer) unregister(rc *runningCall) {
+	if rc == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.running, rc)
+	rc.stopped = nil // its processes are gone: no SIGCONT to a reused pid
+}
+
+// stopAll sends SIGSTOP to every process of cg, again for processes forked
+// meanwhile. It does not wait for them to stop: a signal is taken on the way
+// back from a system call, so a rename in flight completes within
+// microseconds, before the profile is even computed, and anything that still
+// lands later is seen by the mount check. Waiting, under the freezer's lock,
+// would let one slow task hold every other call's setup.
+func stopAll(cg *cgroup.Call) []int {
+	var stopped []int
+	for range 8 {
+		pids, err := cg.Pids()
+		if err != nil {
+			return stopped
+		}
+		fresh := false
+		for _, pid := range pids {
+			if !slices.Contains(stopped, pid) {
+				_ = unix.Kill(pid, unix.SIGSTOP)
+				stopped = append(stopped, pid)
+				fresh = true
+			}
+		}
+		if !fresh {
+			break
+		}
+	}
+	return stopped
+}
