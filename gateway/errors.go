@@ -27,6 +27,8 @@ func statusOf(code wire.Code) int {
 		return http.StatusNotFound
 	case wire.CodePreconditionFailed:
 		return http.StatusPreconditionFailed
+	case wire.CodeInvalidFrontmatter:
+		return http.StatusUnprocessableEntity
 	case wire.CodeTooLarge, wire.CodeReadLimit, wire.CodeWriteLimit:
 		return http.StatusRequestEntityTooLarge
 	case wire.CodeTimeout:

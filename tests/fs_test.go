@@ -221,6 +221,29 @@ func testFSSuccess(t *testing.T, e *fsEnv) {
 	if got := readFileT(t, filepath.Join(e.work, "doc.md")); got != "---\ntitle: New\ndraft: false\n---\nBody\n" {
 		t.Errorf("doc.md after updateFrontmatter: %q", got)
 	}
+
+	// Seed 001's shape and operations, through the real gateway; invalid
+	// YAML has its own code and names the line; values stay out of the receipt.
+	writeFile(t, filepath.Join(e.work, "workflow.md"), []byte("---\nstepsCompleted: [plan]\n---\n# Run\n"))
+	res = e.call(t, agentFull, "fs.apply_patch", map[string]any{"path": "@w/workflow.md", "patch": map[string]any{
+		"operation": "updateFrontmatter", "ifMatchSha256": sha256Hex("---\nstepsCompleted: [plan]\n---\n# Run\n"),
+		"update": map[string]any{"stepsCompleted.append": []string{"plan", "build"}, "variables.set": map[string]any{"ticket": "SECRET-VALUE-42"},
+			"decisionLog.append": []any{map[string]any{"node": "build", "why": "tests pass"}}}}})
+	wantFS(t, res, 200, "")
+	if got, want := readFileT(t, filepath.Join(e.work, "workflow.md")),
+		"---\nstepsCompleted: [plan, build]\ndecisionLog:\n  - node: build\n    why: tests pass\nvariables:\n  ticket: SECRET-VALUE-42\n---\n# Run\n"; got != want {
+		t.Errorf("workflow.md after the seed-shaped update:\n%s\nwant:\n%s", got, want)
+	}
+	if rec := e.g.do(t, http.MethodGet, "/v1/receipts/"+res.ReceiptID, e.g.dep.keys[auditor], nil); rec.status != 200 || strings.Contains(string(rec.body), "SECRET-VALUE-42") {
+		t.Errorf("receipt (HTTP %d) missing or holding a front-matter value:\n%s", rec.status, rec.body)
+	}
+	writeFile(t, filepath.Join(e.work, "broken.md"), []byte("---\ntitle: x\n  bad: [\n---\n"))
+	res = e.call(t, agentFull, "fs.apply_patch", map[string]any{"path": "@w/broken.md", "patch": map[string]any{
+		"operation": "updateFrontmatter", "update": map[string]any{"title": "y"}}})
+	wantFS(t, res, 200, "invalid_frontmatter")
+	if line := res.Output.Error.Details["line"]; fmt.Sprint(line) != "3" {
+		t.Errorf("invalid_frontmatter names line %v, want 3: %s", line, res.response)
+	}
 }
 
 func testFSErrors(t *testing.T, e *fsEnv) {

@@ -7,16 +7,20 @@ type Code string
 
 // The contract's error codes.
 const (
-	CodeUnauthenticated     Code = "unauthenticated"
-	CodeForbidden           Code = "forbidden"
-	CodeInvalidInput        Code = "invalid_input"
-	CodeUnknownTool         Code = "unknown_tool"
-	CodePermissionDenied    Code = "permission_denied"
-	CodeFSDenied            Code = "fs_denied"
-	CodeNetworkDenied       Code = "network_denied"
-	CodeSandboxViolation    Code = "sandbox_violation"
-	CodeNotFound            Code = "not_found"
-	CodePreconditionFailed  Code = "precondition_failed"
+	CodeUnauthenticated    Code = "unauthenticated"
+	CodeForbidden          Code = "forbidden"
+	CodeInvalidInput       Code = "invalid_input"
+	CodeUnknownTool        Code = "unknown_tool"
+	CodePermissionDenied   Code = "permission_denied"
+	CodeFSDenied           Code = "fs_denied"
+	CodeNetworkDenied      Code = "network_denied"
+	CodeSandboxViolation   Code = "sandbox_violation"
+	CodeNotFound           Code = "not_found"
+	CodePreconditionFailed Code = "precondition_failed"
+	// CodeInvalidFrontmatter: fs.apply_patch's updateFrontmatter found a
+	// front matter that is not valid YAML (details.line names the line).
+	// Not in the contract's list; seed 001 (CrewAgent) asks for it.
+	CodeInvalidFrontmatter  Code = "invalid_frontmatter"
 	CodeReadLimit           Code = "read_limit"
 	CodeWriteLimit          Code = "write_limit"
 	CodeTooLarge            Code = "too_large"

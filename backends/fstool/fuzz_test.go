@@ -143,11 +143,16 @@ func FuzzUpdateFrontmatter(f *testing.F) {
 		if key == "" || strings.ContainsAny(key, "\x00\n") || len(doc) > 1<<16 || !utf8.ValidString(key) || !utf8.ValidString(value) {
 			return // refused earlier by decodeFrontmatterArg (JSON strings) / read limits
 		}
+		for _, op := range []string{".set", ".append", ".merge"} {
+			if strings.HasSuffix(key, op) {
+				return // an operation, not a key: TestUpdateFrontmatter covers them
+			}
+		}
 		out, err := updateFrontmatter(doc, map[string]any{key: value})
 		if err != nil {
 			var we *wire.Error
-			if !errors.As(err, &we) || we.Code != wire.CodePreconditionFailed {
-				t.Fatalf("updateFrontmatter error %v is not precondition_failed", err)
+			if !errors.As(err, &we) || (we.Code != wire.CodePreconditionFailed && we.Code != wire.CodeInvalidFrontmatter) {
+				t.Fatalf("updateFrontmatter error %v is not precondition_failed or invalid_frontmatter", err)
 			}
 			return
 		}

@@ -17,17 +17,28 @@ import (
 
 const patchDescription = "Change files inside read-write grants, all or nothing. Either patch: a unified diff " +
 	"(one or many files and hunks; \"--- /dev/null\" creates a file, \"+++ /dev/null\" deletes one; context and removed " +
-	"lines must match exactly), or updateFrontmatter: an object of YAML front-matter keys to set in the Markdown file at path " +
-	"(null removes a key). File names in the patch are absolute or @alias/rel, or relative to path when path is given; " +
+	"lines must match exactly), or updateFrontmatter: front-matter operations on the Markdown file at path " +
+	"(\"stepsCompleted.append\": [..] adds to a list, strings once; \"variables.set\": {..} merges; \"key\": value sets; null removes; " +
+	"also accepted as patch: {operation: \"updateFrontmatter\", update, ifMatchSha256}). File names in the patch are absolute or @alias/rel, or relative to path when path is given; " +
 	"git's a/ and b/ prefixes are removed. ifMatchSha256 is the sha256 fs.read returned for the file (a string when one file " +
 	"changes, or an object keyed by the file names as written in the patch). Returns files [{path, bytesWritten, sha256After}]."
 
 const patchSchema = `{
   "type": "object",
   "properties": {
-    "patch": {"type": "string", "description": "Unified diff. File names absolute, @alias/rel, or relative to path."},
+    "patch": {
+      "description": "Unified diff (file names absolute, @alias/rel, or relative to path); or {operation: \"updateFrontmatter\", update, ifMatchSha256} for the Markdown file at path.",
+      "anyOf": [
+        {"type": "string"},
+        {"type": "object", "properties": {
+          "operation": {"const": "updateFrontmatter"},
+          "update": {"type": "object", "description": "Front-matter operations: key.append (list), key.set or key (value; an object merges into a mapping), key.merge (object); null removes.", "additionalProperties": true},
+          "ifMatchSha256": {"type": ["string", "null"]}
+        }, "required": ["operation", "update"], "additionalProperties": false}
+      ]
+    },
     "path": {"type": "string", "description": "With patch: the directory file names are relative to (absolute or @alias/rel). With updateFrontmatter: the Markdown file."},
-    "updateFrontmatter": {"type": "object", "description": "Front-matter keys to set in the Markdown file at path; a null value removes the key.", "additionalProperties": true},
+    "updateFrontmatter": {"type": "object", "description": "Front-matter operations on the Markdown file at path: \"key\" or \"key.set\" sets a value (an object merges into a mapping; null removes), \"key.append\" adds to a list (strings once), \"key.merge\" merges an object.", "additionalProperties": true},
     "ifMatchSha256": {
       "description": "Precondition: the file's current sha256 (\"\" = must not exist), or an object {fileName: sha256} for several files.",
       "anyOf": [{"type": "string"}, {"type": "object", "additionalProperties": {"type": "string"}}, {"type": "null"}]
@@ -58,6 +69,40 @@ func preparePatch(obj strictjson.Object) (operation, error) {
 		return nil, err
 	}
 	hasPatch, hasFM := has(obj, "patch"), has(obj, "updateFrontmatter")
+	fmField := "updateFrontmatter"
+	var fmRaw json.RawMessage
+	if hasFM {
+		fmRaw = obj.Values["updateFrontmatter"]
+	}
+	if v := bytes.TrimSpace(obj.Values["patch"]); hasPatch && len(v) > 0 && v[0] == '{' {
+		// Seed 001's shape: patch {operation: "updateFrontmatter", update,
+		// ifMatchSha256}.
+		if hasFM {
+			return nil, strictjson.Invalid("updateFrontmatter", "give either patch or updateFrontmatter, not both")
+		}
+		po, err := strictjson.Decode(v, "patch")
+		if err != nil {
+			return nil, err
+		}
+		if err := po.Only("operation", "update", "ifMatchSha256"); err != nil {
+			return nil, err
+		}
+		opName, err := str(po, "operation", 64)
+		if err != nil || opName != "updateFrontmatter" {
+			return nil, strictjson.Invalid("patch.operation", "patch.operation must be \"updateFrontmatter\" (or give patch as a unified diff string)")
+		}
+		if !has(po, "update") {
+			return nil, strictjson.Invalid("patch.update", "patch.update is required: the front-matter operations (stepsCompleted.append, variables.set, ...)")
+		}
+		if has(po, "ifMatchSha256") {
+			if has(obj, "ifMatchSha256") {
+				return nil, strictjson.Invalid("patch.ifMatchSha256", "give ifMatchSha256 once, in patch or beside it")
+			}
+			obj.Values["ifMatchSha256"] = po.Values["ifMatchSha256"]
+			obj.Keys = append(obj.Keys, "ifMatchSha256")
+		}
+		hasPatch, hasFM, fmField, fmRaw = false, true, "patch.update", po.Values["update"]
+	}
 	switch {
 	case hasPatch && hasFM:
 		return nil, strictjson.Invalid("updateFrontmatter", "give either patch or updateFrontmatter, not both")
@@ -76,7 +121,7 @@ func preparePatch(obj strictjson.Object) (operation, error) {
 		if base == nil {
 			return nil, strictjson.Invalid("path", "path is required with updateFrontmatter: the Markdown file to change")
 		}
-		fm, err := decodeFrontmatterArg(obj.Values["updateFrontmatter"])
+		fm, err := decodeFrontmatterArg(fmRaw, fmField)
 		if err != nil {
 			return nil, err
 		}
@@ -200,7 +245,15 @@ func (op *patchOp) redactArgs(args map[string]any) {
 			keys = append(keys, k)
 		}
 		facts["keys"] = keys
-		args["updateFrontmatter"] = facts
+		if _, ok := args["updateFrontmatter"]; ok {
+			args["updateFrontmatter"] = facts
+		} else { // seed 001's shape: patch {operation, update, ifMatchSha256}
+			p := map[string]any{"operation": "updateFrontmatter", "update": facts}
+			if old, ok := args["patch"].(map[string]any); ok && old["ifMatchSha256"] != nil {
+				p["ifMatchSha256"] = old["ifMatchSha256"]
+			}
+			args["patch"] = p
+		}
 		return
 	}
 	args["patch"] = contentFacts(op.raw)
@@ -229,6 +282,11 @@ type PatchFileResult struct {
 // PatchData is fs.apply_patch's output.data.
 type PatchData struct {
 	Files []PatchFileResult `json:"files"`
+	// Path, SHA256Before and SHA256After repeat the one file of an
+	// updateFrontmatter at the top level, as seed 001 returns them.
+	Path         string `json:"path,omitempty"`
+	SHA256Before string `json:"sha256Before,omitempty"`
+	SHA256After  string `json:"sha256After,omitempty"`
 }
 
 func (op *patchOp) run(ctx context.Context, c *call) (any, error) {
@@ -311,6 +369,10 @@ func (op *patchOp) run(ctx context.Context, c *call) (any, error) {
 	}
 	if err := commit(stages); err != nil {
 		return nil, err
+	}
+	if op.frontmatter != nil && len(out.Files) == 1 {
+		f := out.Files[0]
+		out.Path, out.SHA256Before, out.SHA256After = f.Path, f.SHA256Before, f.SHA256After
 	}
 	return out, nil
 }

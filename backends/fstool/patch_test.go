@@ -1,6 +1,9 @@
 package fstool
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -145,10 +148,24 @@ func TestUpdateFrontmatter(t *testing.T) {
 		{"create", "# Title\n", `{"title":"T"}`, "---\ntitle: T\n---\n# Title\n", ""},
 		{"dots end", "---\na: 1\n...\nbody\n", `{"a":2}`, "---\na: 2\n---\nbody\n", ""},
 		{"nested value", "---\na: 1\n---\n", `{"meta":{"k":[1,2]}}`, "---\na: 1\nmeta:\n  k:\n    - 1\n    - 2\n---\n", ""},
-		{"unclosed", "---\na: 1\nbody\n", `{"a":2}`, "", "no closing"},
-		{"not a mapping", "---\n- a\n---\n", `{"a":2}`, "", "not a YAML mapping"},
-		{"duplicate key", "---\nk: \"\"\nk: 0\n---\nbody\n", `{"k":"x"}`, "", "more than once"},
-		{"bad yaml", "---\na: [\n---\n", `{"a":2}`, "", "not valid YAML"},
+		{"unclosed", "---\na: 1\nbody\n", `{"a":2}`, "", "invalid_frontmatter:1:no closing"},
+		{"not a mapping", "---\n- a\n---\n", `{"a":2}`, "", "invalid_frontmatter:2:not a YAML mapping"},
+		{"duplicate key", "---\nk: \"\"\nk: 0\n---\nbody\n", `{"k":"x"}`, "", "invalid_frontmatter:3:more than once"},
+		{"bad yaml", "---\na: 1\nb: [\n---\n", `{"a":2}`, "", "invalid_frontmatter:3:not valid YAML"},
+		{"bad yaml indentation", "---\na: 1\n  b: 2\n---\n", `{"a":2}`, "", "invalid_frontmatter:3:not valid YAML"},
+		// Seed 001's operations.
+		{"append unique strings", "---\nstepsCompleted: [a]\n---\nb\n", `{"stepsCompleted.append":["a","b","b"],"artifacts.append":["x.md"]}`,
+			"---\nstepsCompleted: [a, b]\nartifacts:\n  - x.md\n---\nb\n", ""},
+		{"append objects", "---\ndecisionLog:\n  - {at: 1}\n---\n", `{"decisionLog.append":[{"at":1},{"why":"y"}]}`,
+			"---\ndecisionLog:\n  - {at: 1}\n  - at: 1\n  - why: \"y\"\n---\n", ""},
+		{"append to empty key", "---\nsteps:\n---\n", `{"steps.append":["s"]}`, "---\nsteps:\n  - s\n---\n", ""},
+		{"set merges a mapping", "---\nvariables:\n  a: 1\n  b: 2\n---\n", `{"variables.set":{"b":3,"c":"x","a":null}}`,
+			"---\nvariables:\n  b: 3\n  c: x\n---\n", ""},
+		{"merge creates a mapping", "---\nt: 1\n---\n", `{"variables.merge":{"k":"v"}}`, "---\nt: 1\nvariables:\n  k: v\n---\n", ""},
+		{"set a scalar", "---\ncurrentNodeId: n1\n---\n", `{"currentNodeId.set":"n2","updatedAt.set":"2026-11-25T00:00:00Z"}`,
+			"---\ncurrentNodeId: n2\nupdatedAt: \"2026-11-25T00:00:00Z\"\n---\n", ""},
+		{"append to a scalar", "---\nsteps: done\n---\n", `{"steps.append":["s"]}`, "", "precondition_failed:0:is not a list"},
+		{"merge into a list", "---\nvariables: [1]\n---\n", `{"variables.merge":{"k":1}}`, "", "precondition_failed:0:is not a mapping"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -157,8 +174,13 @@ func TestUpdateFrontmatter(t *testing.T) {
 			writeT(t, p, c.doc)
 			o := f.do(t, NamePatch, `{"path":"@w/doc.md","updateFrontmatter":`+c.set+`}`)
 			if c.err != "" {
-				if o.code != "precondition_failed" || !strings.Contains(o.err.Message, c.err) || readT(t, p) != c.doc {
-					t.Fatalf("got %q %v, want precondition_failed %q and no change", o.code, o.err, c.err)
+				parts := strings.SplitN(c.err, ":", 3)
+				code, line, msg := parts[0], parts[1], parts[2]
+				if string(o.code) != code || !strings.Contains(o.err.Message, msg) || readT(t, p) != c.doc {
+					t.Fatalf("got %q %v, want %s %q and no change", o.code, o.err, code, msg)
+				}
+				if line != "0" && fmt.Sprint(o.err.Details["line"]) != line {
+					t.Errorf("details.line = %v, want %s (%s)", o.err.Details["line"], line, o.err.Message)
 				}
 				return
 			}
@@ -168,5 +190,55 @@ func TestUpdateFrontmatter(t *testing.T) {
 				t.Errorf("front matter:\n%s\nwant:\n%s", got, c.want)
 			}
 		})
+	}
+}
+
+// TestFrontmatterSeedShape: seed 001's request shape, patch {operation:
+// "updateFrontmatter", update, ifMatchSha256}, with its answer's top-level
+// path, sha256Before and sha256After, and its refusals.
+func TestFrontmatterSeedShape(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	p := filepath.Join(f.work, "workflow.md")
+	doc := "---\nstepsCompleted: []\nvariables: {}\n---\n# Workflow\n"
+	writeT(t, p, doc)
+	before := sha256.Sum256([]byte(doc))
+	o := f.do(t, NamePatch, `{"path":"@w/workflow.md","patch":{"operation":"updateFrontmatter","ifMatchSha256":"`+hex.EncodeToString(before[:])+`",`+
+		`"update":{"stepsCompleted.append":["plan"],"variables.set":{"goal":"ship"},"currentNodeId.set":"build"}}}`)
+	if o.err != nil {
+		t.Fatalf("seed shape refused: %v", o.err)
+	}
+	var pd PatchData
+	o.decode(t, &pd)
+	got := readT(t, p)
+	want := "---\nstepsCompleted: [plan]\nvariables: {goal: ship}\ncurrentNodeId: build\n---\n# Workflow\n"
+	if got != want {
+		t.Errorf("file:\n%s\nwant:\n%s", got, want)
+	}
+	after := sha256.Sum256([]byte(got))
+	if pd.Path != "@w/workflow.md" || pd.SHA256Before != hex.EncodeToString(before[:]) || pd.SHA256After != hex.EncodeToString(after[:]) {
+		t.Errorf("answer %+v; want path, sha256Before and sha256After of the file", pd)
+	}
+	// The same precondition again no longer holds.
+	o = f.do(t, NamePatch, `{"path":"@w/workflow.md","patch":{"operation":"updateFrontmatter","ifMatchSha256":"`+hex.EncodeToString(before[:])+`","update":{"a":1}}}`)
+	if o.code != "precondition_failed" {
+		t.Errorf("stale ifMatchSha256: %q %v, want precondition_failed", o.code, o.err)
+	}
+	for _, c := range []struct{ in, field string }{
+		{`{"operation":"rewrite","update":{"a":1}}`, "patch.operation"},
+		{`{"operation":"updateFrontmatter"}`, "patch.update"},
+		{`{"operation":"updateFrontmatter","update":{"a":1},"extra":1}`, "patch.extra"},
+		{`{"operation":"updateFrontmatter","update":{"steps.append":"x"}}`, "updateFrontmatter.steps.append"},
+		{`{"operation":"updateFrontmatter","update":{"v.merge":[1]}}`, "updateFrontmatter.v.merge"},
+		{`{"operation":"updateFrontmatter","update":{"v.set":1,"v.append":[1]}}`, "updateFrontmatter.v.set"},
+		{`{"operation":"updateFrontmatter","update":{}}`, "patch.update"},
+	} {
+		o := f.do(t, NamePatch, `{"path":"@w/workflow.md","patch":`+c.in+`}`)
+		if o.code != "invalid_input" || o.err.Details["field"] != c.field {
+			t.Errorf("%s: %q %v, want invalid_input on %s", c.in, o.code, o.err, c.field)
+		}
+	}
+	if readT(t, p) != got {
+		t.Error("a refused patch changed the file")
 	}
 }

@@ -5,7 +5,7 @@
 /** A contract error code (output.error.code). */
 export type ErrorCode =
   | "unauthenticated" | "forbidden" | "invalid_input" | "unknown_tool" | "permission_denied"
-  | "fs_denied" | "network_denied" | "sandbox_violation" | "not_found" | "precondition_failed"
+  | "fs_denied" | "network_denied" | "sandbox_violation" | "not_found" | "precondition_failed" | "invalid_frontmatter"
   | "read_limit" | "write_limit" | "too_large" | "timeout" | "evidence_unavailable"
   | "sandbox_unavailable" | "backend_unavailable" | "internal";
 
