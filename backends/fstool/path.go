@@ -224,6 +224,33 @@ func enforcePath(p *pathRef, grants []grant, deny *denyList, write bool) (target
 		p.abs = path.Join(g.real, p.rel)
 		p.real = p.abs
 	}
+	// A symlink inside a grant is refused before anything is said about
+	// where it leads: its target, and whether that exists, are host facts
+	// an agent that planted the link must not learn (no existence oracle).
+	for _, l := range p.links {
+		for _, o := range grants {
+			if within(l, o.real) {
+				return target{}, inGrantLink(p, l)
+			}
+		}
+	}
+	lexicallyInside := false
+	for _, g := range grants {
+		if within(p.abs, g.real) || within(p.abs, path.Clean(g.Path)) {
+			lexicallyInside = true
+			break
+		}
+	}
+	if !lexicallyInside {
+		if _, ok := mostSpecific(p.real, grants); !ok || p.brokenLink {
+			// One answer for every path outside the grants, in the words the
+			// caller used: whether it exists, is a link, or where it leads
+			// is not said.
+			return target{}, &wire.Error{Code: wire.CodeFSDenied,
+				Message: fmt.Sprintf("%s %q is outside the granted paths; use a path inside %s", p.field, p.raw, grantList(grants)),
+				Details: map[string]any{"field": p.field, "path": p.raw}}
+		}
+	}
 	if p.brokenLink {
 		return target{}, &wire.Error{Code: wire.CodeSandboxViolation,
 			Message: fmt.Sprintf("%s %q passes through a symlink that does not resolve; refused because it could point anywhere", p.field, p.raw),
@@ -231,21 +258,7 @@ func enforcePath(p *pathRef, grants []grant, deny *denyList, write bool) (target
 	}
 	g, ok := mostSpecific(p.real, grants)
 	if !ok {
-		for _, g := range grants {
-			if within(p.abs, g.real) || within(p.abs, path.Clean(g.Path)) {
-				return target{}, escape(p)
-			}
-		}
-		return target{}, &wire.Error{Code: wire.CodeFSDenied,
-			Message: fmt.Sprintf("%s %s is outside the granted paths; use a path inside %s", p.field, p.real, grantList(grants)),
-			Details: map[string]any{"field": p.field, "path": p.real}}
-	}
-	for _, l := range p.links {
-		for _, o := range grants {
-			if within(l, o.real) {
-				return target{}, inGrantLink(p, l)
-			}
-		}
+		return target{}, escape(p)
 	}
 	if write && g.Mode != wire.ModeReadWrite {
 		return target{}, &wire.Error{Code: wire.CodeFSDenied,
@@ -275,7 +288,7 @@ func enforcePath(p *pathRef, grants []grant, deny *denyList, write bool) (target
 
 func escape(p *pathRef) *wire.Error {
 	return &wire.Error{Code: wire.CodeSandboxViolation,
-		Message: fmt.Sprintf("%s %q resolves through a symlink to %s, outside its grant; symlinks are not followed", p.field, p.raw, p.real),
+		Message: fmt.Sprintf("%s %q resolves through a symlink to outside its grant; symlinks are not followed", p.field, p.raw),
 		Details: map[string]any{"field": p.field, "path": p.raw}}
 }
 
