@@ -125,7 +125,10 @@ func loadOptions(cfg config.Config, tools []backends.Tool) (policies.LoadOptions
 		}
 		opts.Verification, opts.KeyID = vc, cfg.Policy.KeyID
 	}
-	opts.RunTests = cfg.Policy.RunTests
+	// The shipped bundle is compiled into this binary and its tests ran
+	// when it was built (policies.TestShippedRegoTests): they cannot fail
+	// now, and running them costs seconds at every start.
+	opts.RunTests = cfg.Policy.RunTests && cfg.Policy.Bundle != config.ShippedBundle
 	schemas, err := policies.InputSchemas(toolSchemas(tools))
 	if err != nil {
 		return opts, err
