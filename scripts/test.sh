@@ -369,6 +369,29 @@ run_staticcheck() {
 	"$bin" ./...
 }
 
+# --- Rego hygiene (the opa CLI at the go.mod version) --------------------------
+# The shipped bundle must be `opa fmt` clean and pass `opa check --strict`
+# with the same OPA the gateway links, so a policy author's `opa fmt` and the
+# gateway never disagree about the library. Built once into .tools/bin.
+opa_version() { go list -m -f '{{.Version}}' github.com/open-policy-agent/opa; }
+ensure_opa() {
+	local v bin="$ROOT/.tools/bin/opa"
+	v=$(opa_version) || return 1
+	if ! [[ -x $bin ]] || ! "$bin" version 2>/dev/null | grep -qx "Version: ${v#v}"; then
+		log "installing opa $v into .tools/bin"
+		GOBIN="$ROOT/.tools/bin" go install "github.com/open-policy-agent/opa@$v" || return 1
+	fi
+	OPA_BIN=$bin
+}
+run_rego_checks() {
+	ensure_opa || return 1
+	"$OPA_BIN" fmt --fail -l policies/bundle || {
+		echo "opa fmt: the files above are not formatted (run: $OPA_BIN fmt -w policies/bundle)" >&2
+		return 1
+	}
+	"$OPA_BIN" check --strict policies/bundle
+}
+
 # --- SDKs (sdk/python, sdk/typescript) ----------------------------------------
 # Both suites start the real gateway binary; it is built once here and named
 # to them by PORTCULLIS_TEST_GATEWAY_BIN (set only for these steps, so the Go
@@ -425,6 +448,7 @@ if [[ $FAILED -eq 0 ]]; then
 	step "go vet ./..." go vet ./...
 	step "GOOS=darwin go vet ./..." env GOOS=darwin go vet ./...
 	step "staticcheck ./..." run_staticcheck
+	step "opa fmt --fail + opa check --strict (policies/bundle)" run_rego_checks
 	step "go test (unit$([[ $RACE == 1 ]] && echo ', -race'))" run_unit_tests
 	step "go test ./tests (end-to-end)" run_e2e_tests
 	step "python SDK (unittest)" run_python_sdk_tests
