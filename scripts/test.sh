@@ -375,9 +375,10 @@ run_staticcheck() {
 # gateway never disagree about the library. Built once into .tools/bin.
 opa_version() { go list -m -f '{{.Version}}' github.com/open-policy-agent/opa; }
 ensure_opa() {
-	local v bin="$ROOT/.tools/bin/opa"
+	local v have="" bin="$ROOT/.tools/bin/opa"
 	v=$(opa_version) || return 1
-	if ! [[ -x $bin ]] || ! "$bin" version 2>/dev/null | grep -qx "Version: ${v#v}"; then
+	[[ -x $bin ]] && have=$("$bin" version 2>/dev/null)
+	if ! grep -qx "Version: ${v#v}" <<<"$have"; then
 		log "installing opa $v into .tools/bin"
 		GOBIN="$ROOT/.tools/bin" go install "github.com/open-policy-agent/opa@$v" || return 1
 	fi
