@@ -5,10 +5,12 @@ module example.com/portcullis-quickstart
 // a released SDK drops them (go get github.com/portcullis/portcullis/sdk).
 go 1.24.0
 
-require github.com/portcullis/portcullis/sdk v0.1.0
+require (
+	github.com/portcullis/portcullis/sdk v0.1.0
+	github.com/portcullis/portcullis/wire v0.1.0
+)
 
 require (
-	github.com/portcullis/portcullis/wire v0.1.0 // indirect
 	go.opentelemetry.io/otel v1.38.0 // indirect
 	go.opentelemetry.io/otel/trace v1.38.0 // indirect
 )
