@@ -477,6 +477,34 @@ run_sdk_install_tests() {
 	PORTCULLIS_TEST_GATEWAY_BIN=$SDK_GATEWAY_BIN bash "$ROOT/scripts/sdk-install-test.sh"
 }
 
+# --- deployment files -----------------------------------------------------------
+# The Dockerfile through BuildKit's own parser and lint rules plus the
+# promises docs/deploy.md makes of it (deploy/dockerfile-check: no Docker
+# engine needed); the systemd unit through `systemd-analyze verify`, with
+# ExecStart pointed at the built gateway (verify insists the binary exists),
+# where any warning fails (verify itself exits 0 on unknown keys).
+run_deploy_checks() {
+	local rc=0 unit out
+	(cd deploy/dockerfile-check && go run . ../../Dockerfile) || rc=1
+	if ! command -v systemd-analyze >/dev/null 2>&1; then
+		apt_install systemd >/dev/null 2>&1 || true
+	fi
+	if ! command -v systemd-analyze >/dev/null 2>&1; then
+		warn "systemd-analyze missing and not installable: deploy/portcullis.service was not verified"
+		return $rc
+	fi
+	ensure_sdk_gateway_bin || return 1
+	unit=$(mktemp -d /tmp/portcullis-unit.XXXXXX)/portcullis.service
+	sed "s#/usr/local/bin/gateway#$SDK_GATEWAY_BIN#g" deploy/portcullis.service >"$unit"
+	if ! out=$(systemd-analyze verify "$unit" 2>&1) || [[ -n $out ]]; then
+		echo "systemd-analyze verify deploy/portcullis.service:" >&2
+		printf '%s\n' "$out" >&2
+		rc=1
+	fi
+	rm -rf "$(dirname "$unit")"
+	return $rc
+}
+
 # --- main --------------------------------------------------------------------
 log "go: $(go version)"
 step "provision: bubblewrap" ensure_bwrap
@@ -498,6 +526,7 @@ if [[ $FAILED -eq 0 ]]; then
 	step "python SDK (unittest)" run_python_sdk_tests
 	step "typescript SDK + MCP client (node --test)" run_typescript_sdk_tests
 	step "SDK installs: fresh projects run the quickstarts" run_sdk_install_tests
+	step "deploy: Dockerfile (BuildKit parse + lint) and systemd unit (verify)" run_deploy_checks
 	if [[ $FUZZTIME != 0 && $FUZZTIME != off ]]; then
 		step "fuzz (${FUZZTIME} per target)" run_fuzz
 	fi
