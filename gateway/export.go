@@ -40,6 +40,7 @@ func (s *Server) exportReceipts(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	f.Tool = s.canonicalToolName(f.Tool)
 	total := f.Limit
 	f.Limit = exportPage
 	// Ask for the first page before committing the status, so a bad cursor

@@ -33,10 +33,11 @@ func (s *Server) dryRun(c echo.Context) error {
 	if we != nil {
 		return we
 	}
-	tool, ok := s.tools[req.Tool]
+	tool, ok := s.lookupTool(req.Tool)
 	if !ok {
-		return &wire.Error{Code: wire.CodeUnknownTool, Message: "unknown tool " + strconv.Quote(req.Tool), Details: map[string]any{"field": "tool"}}
+		return unknownTool(req.Tool)
 	}
+	req.Tool = tool.Name()
 	call, err := tool.Prepare(ctx, req.Input)
 	if err != nil {
 		return toWireError(err)
@@ -73,21 +74,22 @@ func (s *Server) dryRun(c echo.Context) error {
 }
 
 // listTools is GET /v1/tools: the tools the policy lets this caller call,
-// asked with purpose "list" and empty args. Denied tools never appear.
+// asked with purpose "list" and empty args, by their model-safe names
+// (toolnames.go). Denied tools never appear.
 func (s *Server) listTools(c echo.Context) error {
 	p, _ := principalOf(c)
-	tools, err := s.visibleTools(c.Request().Context(), p)
+	specs, err := s.visibleSpecs(c.Request().Context(), p)
 	if err != nil {
 		if we, ok := err.(*wire.Error); ok { // no policy active yet (edge.go)
 			return we
 		}
 		return wire.Errorf(wire.CodeInternal, "policy evaluation failed")
 	}
-	return c.JSON(http.StatusOK, wire.ToolList{Tools: tools})
+	return c.JSON(http.StatusOK, s.modelSafeList(specs))
 }
 
-// visibleTools is the one definition of which tools a principal sees, shared
-// by GET /v1/tools and MCP tools/list.
+// visibleTools is the one definition of which tools a principal sees, by
+// their own names: MCP tools/list (GET /v1/tools renames them model-safe).
 func (s *Server) visibleTools(ctx context.Context, p wire.Principal) ([]wire.FunctionTool, error) {
 	specs, err := s.visibleSpecs(ctx, p)
 	if err != nil {
@@ -151,6 +153,7 @@ func (s *Server) listReceipts(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	f.Tool = s.canonicalToolName(f.Tool)
 	list, err := s.opts.Receipts.Receipts(c.Request().Context(), f)
 	if err != nil {
 		return err

@@ -79,13 +79,12 @@ func (s *Server) governedCall(ctx context.Context, p wire.Principal, body []byte
 		rec.args = bestEffortArgs(rec.req.Input)
 		return s.refuse(ctx, rec, wire.DecisionDeny, wire.Errorf(wire.CodeForbidden, "principal %q does not hold the agent role needed to call tools", p.ID))
 	}
-	tool, ok := s.tools[rec.req.Tool]
+	tool, ok := s.lookupTool(rec.req.Tool)
 	if !ok {
 		rec.args = bestEffortArgs(rec.req.Input)
-		return s.refuse(ctx, rec, wire.DecisionInvalid, &wire.Error{Code: wire.CodeUnknownTool,
-			Message: fmt.Sprintf("unknown tool %q; known tools: %s", rec.req.Tool, strings.Join(s.toolList, ", ")),
-			Details: map[string]any{"field": "tool"}})
+		return s.refuse(ctx, rec, wire.DecisionInvalid, unknownTool(rec.req.Tool))
 	}
+	rec.req.Tool = tool.Name() // a model-safe name is recorded as the tool's own
 
 	receiptID := rec.id.String() // formatted once: span, metadata and answer
 	ctx, span := s.tracer.Start(ctx, "execute_tool "+tool.Name(), trace.WithAttributes(

@@ -117,6 +117,7 @@ type Server struct {
 	tracer   trace.Tracer
 	tools    map[string]backends.Tool
 	toolList []string
+	names    *toolNames // model-safe names (toolnames.go)
 	metrics  *metrics
 	mcp      *mcpSessions
 	late     *evidence.LateOutcomes
@@ -165,6 +166,7 @@ func New(opts Options) *Server {
 		s.toolList = append(s.toolList, t.Name())
 	}
 	sort.Strings(s.toolList)
+	s.names = newToolNames(s.toolList, s.log)
 
 	e := echo.New()
 	e.HideBanner = true

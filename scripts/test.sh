@@ -10,9 +10,12 @@
 #     cluster on a free port (exports PORTCULLIS_TEST_DATABASE_URL), removed
 #     on exit.
 # Then: gofmt check, go vet (for Linux and, cross-checked, macOS: the seatbelt
-# backend and the darwin build), staticcheck, go test (-race for unit
-# packages, the end-to-end suite in tests/ without -race), and a short fuzz
-# run of every Fuzz* target.
+# backend and the darwin build) and staticcheck in every Go module (the
+# server, wire, sdk, examples/go), opa fmt/check of the shipped policy, go
+# test (-race for unit packages, the end-to-end suite in tests/ without
+# -race), the Python and TypeScript SDK suites, the SDK install test (each
+# SDK installed into a fresh project, its quickstart run against a real
+# gateway), and a short fuzz run of every Fuzz* target.
 #
 # Knobs (environment):
 #   PORTCULLIS_REQUIRE_POSTGRES=1  fail instead of skipping Postgres tests
@@ -282,6 +285,27 @@ ensure_postgres() {
 }
 
 # --- checks ------------------------------------------------------------------
+# go_modules lists the directory of every Go module here: the server at the
+# root, and, as modules of their own, wire/ and sdk/ (so an agent importing
+# the SDK gets none of the server's dependencies) and examples/go (the Go
+# quickstart). `go ... ./...` at the root does not descend into them.
+go_modules() {
+	find . \( -path ./.git -o -path ./.tools -o -path ./.portcullis -o -name testdata -o -name node_modules \) -prune \
+		-o -type f -name go.mod -print | sed -e 's|/go.mod$||' | sort
+}
+
+# in_modules CMD...: run CMD in every Go module; fails if any fails.
+in_modules() {
+	local m rc=0
+	for m in $(go_modules); do
+		if ! (cd "$m" && "$@"); then
+			echo "in module $m: $* failed" >&2
+			rc=1
+		fi
+	done
+	return $rc
+}
+
 go_files() {
 	find . \( -path ./.git -o -path ./.tools -o -path ./.portcullis -o -name testdata -o -name node_modules \) -prune \
 		-o -type f -name '*.go' -print
@@ -298,15 +322,24 @@ check_gofmt() {
 }
 
 run_unit_tests() {
-	local pkgs
+	local pkgs m rc=0
 	pkgs=$(go list ./... | grep -v "^github.com/portcullis/portcullis/tests$")
-	[[ -z $pkgs ]] && return 0
 	local race=()
 	if [[ $RACE == 1 && $(go env CGO_ENABLED) == 1 ]] && command -v gcc >/dev/null 2>&1; then
 		race=(-race)
 	fi
-	# shellcheck disable=SC2086
-	go test -count=1 "${race[@]}" -timeout "$TIMEOUT" $pkgs
+	if [[ -n $pkgs ]]; then
+		# shellcheck disable=SC2086
+		go test -count=1 "${race[@]}" -timeout "$TIMEOUT" $pkgs || rc=1
+	fi
+	# The nested modules (wire, sdk, examples/go); the SDK's tests run the
+	# gateway built once for the SDK steps.
+	ensure_sdk_gateway_bin || return 1
+	for m in $(go_modules); do
+		[[ $m == . ]] && continue
+		(cd "$m" && PORTCULLIS_TEST_GATEWAY_BIN=$SDK_GATEWAY_BIN go test -count=1 "${race[@]}" -timeout "$TIMEOUT" ./...) || rc=1
+	done
+	return $rc
 }
 
 run_e2e_tests() {
@@ -319,7 +352,9 @@ run_e2e_tests() {
 # fuzz_once DIR NAME: one fuzz run of NAME; its output goes to stdout and to
 # $FUZZ_LOG so the caller can tell a finding from the coordinator's shutdown race.
 fuzz_once() {
-	go test -run='^$' -fuzz="^${2}\$" -fuzztime="$FUZZTIME" "./${1#./}" 2>&1 | tee "$FUZZ_LOG"
+	# Run from the package's directory, so a package of a nested module
+	# (wire/) is fuzzed in its own module.
+	(cd "$1" && go test -run='^$' -fuzz="^${2}\$" -fuzztime="$FUZZTIME" .) 2>&1 | tee "$FUZZ_LOG"
 	return "${PIPESTATUS[0]}"
 }
 
@@ -366,7 +401,31 @@ run_staticcheck() {
 		log "installing staticcheck $STATICCHECK_VERSION into .tools/bin"
 		GOBIN="$ROOT/.tools/bin" go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" || return 1
 	fi
-	"$bin" ./...
+	in_modules "$bin" ./...
+}
+
+# --- Rego hygiene (the opa CLI at the go.mod version) --------------------------
+# The shipped bundle must be `opa fmt` clean and pass `opa check --strict`
+# with the same OPA the gateway links, so a policy author's `opa fmt` and the
+# gateway never disagree about the library. Built once into .tools/bin.
+opa_version() { go list -m -f '{{.Version}}' github.com/open-policy-agent/opa; }
+ensure_opa() {
+	local v have="" bin="$ROOT/.tools/bin/opa"
+	v=$(opa_version) || return 1
+	[[ -x $bin ]] && have=$("$bin" version 2>/dev/null)
+	if ! grep -qx "Version: ${v#v}" <<<"$have"; then
+		log "installing opa $v into .tools/bin"
+		GOBIN="$ROOT/.tools/bin" go install "github.com/open-policy-agent/opa@$v" || return 1
+	fi
+	OPA_BIN=$bin
+}
+run_rego_checks() {
+	ensure_opa || return 1
+	"$OPA_BIN" fmt --fail -l policies/bundle || {
+		echo "opa fmt: the files above are not formatted (run: $OPA_BIN fmt -w policies/bundle)" >&2
+		return 1
+	}
+	"$OPA_BIN" check --strict policies/bundle
 }
 
 # --- SDKs (sdk/python, sdk/typescript) ----------------------------------------
@@ -410,6 +469,42 @@ run_typescript_sdk_tests() {
 		PORTCULLIS_TEST_GATEWAY_BIN=$SDK_GATEWAY_BIN npm test)
 }
 
+# run_sdk_install_tests installs each SDK into a fresh project outside the
+# repository, as its users do, and runs its quickstart against a real
+# gateway (scripts/sdk-install-test.sh).
+run_sdk_install_tests() {
+	ensure_sdk_gateway_bin || return 1
+	PORTCULLIS_TEST_GATEWAY_BIN=$SDK_GATEWAY_BIN bash "$ROOT/scripts/sdk-install-test.sh"
+}
+
+# --- deployment files -----------------------------------------------------------
+# The Dockerfile through BuildKit's own parser and lint rules plus the
+# promises docs/deploy.md makes of it (deploy/dockerfile-check: no Docker
+# engine needed); the systemd unit through `systemd-analyze verify`, with
+# ExecStart pointed at the built gateway (verify insists the binary exists),
+# where any warning fails (verify itself exits 0 on unknown keys).
+run_deploy_checks() {
+	local rc=0 unit out
+	(cd deploy/dockerfile-check && go run . ../../Dockerfile) || rc=1
+	if ! command -v systemd-analyze >/dev/null 2>&1; then
+		apt_install systemd >/dev/null 2>&1 || true
+	fi
+	if ! command -v systemd-analyze >/dev/null 2>&1; then
+		warn "systemd-analyze missing and not installable: deploy/portcullis.service was not verified"
+		return $rc
+	fi
+	ensure_sdk_gateway_bin || return 1
+	unit=$(mktemp -d /tmp/portcullis-unit.XXXXXX)/portcullis.service
+	sed "s#/usr/local/bin/gateway#$SDK_GATEWAY_BIN#g" deploy/portcullis.service >"$unit"
+	if ! out=$(systemd-analyze verify "$unit" 2>&1) || [[ -n $out ]]; then
+		echo "systemd-analyze verify deploy/portcullis.service:" >&2
+		printf '%s\n' "$out" >&2
+		rc=1
+	fi
+	rm -rf "$(dirname "$unit")"
+	return $rc
+}
+
 # --- main --------------------------------------------------------------------
 log "go: $(go version)"
 step "provision: bubblewrap" ensure_bwrap
@@ -422,13 +517,16 @@ log "PORTCULLIS_CHROMIUM=${PORTCULLIS_CHROMIUM:-<none>}"
 
 if [[ $FAILED -eq 0 ]]; then
 	step "gofmt" check_gofmt
-	step "go vet ./..." go vet ./...
-	step "GOOS=darwin go vet ./..." env GOOS=darwin go vet ./...
+	step "go vet ./... (every module)" in_modules go vet ./...
+	step "GOOS=darwin go vet ./... (every module)" in_modules env GOOS=darwin go vet ./...
 	step "staticcheck ./..." run_staticcheck
+	step "opa fmt --fail + opa check --strict (policies/bundle)" run_rego_checks
 	step "go test (unit$([[ $RACE == 1 ]] && echo ', -race'))" run_unit_tests
 	step "go test ./tests (end-to-end)" run_e2e_tests
 	step "python SDK (unittest)" run_python_sdk_tests
 	step "typescript SDK + MCP client (node --test)" run_typescript_sdk_tests
+	step "SDK installs: fresh projects run the quickstarts" run_sdk_install_tests
+	step "deploy: Dockerfile (BuildKit parse + lint) and systemd unit (verify)" run_deploy_checks
 	if [[ $FUZZTIME != 0 && $FUZZTIME != off ]]; then
 		step "fuzz (${FUZZTIME} per target)" run_fuzz
 	fi

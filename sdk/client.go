@@ -253,13 +253,28 @@ func (c *Client) Decide(ctx context.Context, tool string, input any, opts ...Cal
 }
 
 // Tools lists the tools this caller may call, as OpenAI function tools
-// (pass them to the model as its tools).
+// (pass them to the model as its tools). Each is named by its model-safe
+// name (fs.read is fs_read), which every gateway endpoint accepts as well
+// as the tool's own name; ToolList has the map between the two.
 func (c *Client) Tools(ctx context.Context) ([]wire.FunctionTool, error) {
+	l, err := c.ToolList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.Tools, nil
+}
+
+// ToolList is GET /v1/tools in full: the tools as Tools returns them and
+// Names, each listed model-safe name mapped to the tool's own name.
+func (c *Client) ToolList(ctx context.Context) (*wire.ToolList, error) {
 	var out wire.ToolList
 	if err := c.getJSON(ctx, http.MethodGet, "/v1/tools", nil, nil, &out); err != nil {
 		return nil, err
 	}
-	return out.Tools, nil
+	if out.Names == nil {
+		out.Names = map[string]string{}
+	}
+	return &out, nil
 }
 
 // ReceiptFilter narrows GET /v1/receipts; zero fields are not sent.

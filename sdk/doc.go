@@ -15,4 +15,17 @@
 // exponential backoff and jitter; side-effect-free reads retry on any 503.
 // A W3C traceparent is sent from the caller's context, so the receipt's
 // trace_id names the agent's own trace.
+//
+// Tool loops: RunOpenAIToolLoop (chat completions) and RunAnthropicToolLoop
+// (Messages API) offer the model the tools this caller may call, named by
+// their model-safe names (fs.read is fs_read, as those APIs require; the
+// gateway accepts either form), run each call the model makes through the
+// gateway, and answer it with the tool's output, refusals included. They
+// take the model call as a function returning the response body, so they
+// work with any client library and depend on none.
+//
+// Install: go get github.com/portcullis/portcullis/sdk. The SDK is a module
+// of its own: it requires the wire module (the gateway's vocabulary, no
+// dependencies) and OpenTelemetry's API, none of the server's
+// dependencies.
 package sdk

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/portcullis/portcullis/wire"
 )
 
 // fsTools are the file tools under test.
@@ -114,9 +116,10 @@ func TestFSTools(t *testing.T) {
 	e := newFSEnv(t)
 	t.Run("tools listed", func(t *testing.T) {
 		r := e.g.do(t, http.MethodGet, "/v1/tools", e.g.dep.keys[agentFull], nil)
-		for _, name := range fsTools {
-			if !strings.Contains(string(r.body), `"name":"`+name+`"`) {
-				t.Errorf("GET /v1/tools lacks %s\n%s", name, r)
+		for _, name := range fsTools { // listed by model-safe name, mapped back in names
+			safe := wire.ModelSafeName(name)
+			if !strings.Contains(string(r.body), `"name":"`+safe+`"`) || !strings.Contains(string(r.body), `"`+safe+`":"`+name+`"`) {
+				t.Errorf("GET /v1/tools lacks %s as %s\n%s", name, safe, r)
 			}
 		}
 	})

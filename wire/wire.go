@@ -411,9 +411,12 @@ type ReceiptList struct {
 	NextCursor string    `json:"next_cursor"`
 }
 
-// ToolList is the body of GET /v1/tools: OpenAI function tools.
+// ToolList is the body of GET /v1/tools: OpenAI function tools, each named
+// by its model-safe name (ModelSafeName), and Names mapping every listed
+// model-safe name back to the tool's own name.
 type ToolList struct {
-	Tools []FunctionTool `json:"tools"`
+	Tools []FunctionTool    `json:"tools"`
+	Names map[string]string `json:"names"`
 }
 
 // FunctionTool is one tool in the OpenAI function-tool shape.

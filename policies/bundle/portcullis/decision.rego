@@ -63,9 +63,13 @@ _fast := d if {
 	d := c.list
 }
 
-_principal_text := grants.principal_id if grants.principal_id else := "<unknown principal>"
+_principal_text := grants.principal_id if {
+	grants.principal_id
+} else := "<unknown principal>"
 
-_tool_text := input.tool if is_string(input.tool) else := "<no tool>"
+_tool_text := input.tool if {
+	is_string(input.tool)
+} else := "<no tool>"
 
 _purpose_text := input.purpose if {
 	is_string(input.purpose)

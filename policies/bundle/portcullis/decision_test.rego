@@ -354,9 +354,11 @@ test_every_denial_names_a_rule if {
 # answers only the principal and session that made the call): the agent
 # role has it, with no file system and no network; other roles do not.
 test_read_tool_result_agent_only if {
-	inp := {"principal": _agent, "tool": "read_tool_result", "purpose": "call",
+	inp := {
+		"principal": _agent, "tool": "read_tool_result", "purpose": "call",
 		"args": {"receipt_id": "01a20313-28e8-7b79-9035-d239511fbe58"},
-		"resolved": {"receipt_id": "01a20313-28e8-7b79-9035-d239511fbe58"}}
+		"resolved": {"receipt_id": "01a20313-28e8-7b79-9035-d239511fbe58"},
+	}
 	d := portcullis.decision with input as inp
 	d.allow == true
 	d.fs_grants == []

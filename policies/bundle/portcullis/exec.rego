@@ -62,9 +62,13 @@ profile := _compiled.profile
 # _compiled is the profile compiled for matching (index.rego).
 _compiled := index.profiles[profile_name]
 
-_args_obj := input.args if is_object(input.args) else := {}
+_args_obj := input.args if {
+	is_object(input.args)
+} else := {}
 
-_resolved := input.resolved if is_object(input.resolved) else := {}
+_resolved := input.resolved if {
+	is_object(input.resolved)
+} else := {}
 
 # argv is the caller's argv.
 argv := _args_obj.argv
@@ -148,7 +152,7 @@ denied_env(n) if upper(n) in _baseline_names
 denied_env(n) if upper(n) in _extra_names
 
 denied_env(n) if {
-	some p in _baseline_prefixes | _extra_prefixes
+	some p in (_baseline_prefixes | _extra_prefixes)
 	startswith(upper(n), p)
 }
 
@@ -199,7 +203,9 @@ denials contains {"rule": "exec.argv0_dir", "reason": sprintf("program %s not al
 	not strings.any_prefix_match(argv0, prefixes)
 }
 
-_argv0_text := argv0 if argv0 else := "<unresolved>"
+_argv0_text := argv0 if {
+	argv0
+} else := "<unresolved>"
 
 # deny are the reasons of the denials.
 deny := {d.reason | some d in denials}
@@ -216,9 +222,13 @@ _shown := s if {
 	s := _truncate(full, 200)
 }
 
-_truncate(s, n) := s if count(s) <= n else := concat("", [substring(s, 0, n), "…"])
+_truncate(s, n) := s if {
+	count(s) <= n
+} else := concat("", [substring(s, 0, n), "…"])
 
-_hints := concat("", [h | some h in _near_miss_hints]) if count(_near_miss_hints) > 0 else := ""
+_hints := concat("", [h | some h in _near_miss_hints]) if {
+	count(_near_miss_hints) > 0
+} else := ""
 
 _near_miss_hints contains concat("", [" (", s.hint, ")"]) if {
 	some s in candidate_shapes
@@ -251,7 +261,9 @@ program := base if {
 
 # _known_as is program, or the real basename for a program the profile
 # does not name.
-_known_as := program if program else := base
+_known_as := program if {
+	program
+} else := base
 
 _shapes_for(name) := ss if {
 	ss := profile.programs[name]
@@ -259,7 +271,9 @@ _shapes_for(name) := ss if {
 } else := []
 
 # candidate_shapes are the shapes for the program plus those for any program ("*").
-candidate_shapes := array.concat(_shapes_for(program), _shapes_for("*")) if program else := _shapes_for("*")
+candidate_shapes := array.concat(_shapes_for(program), _shapes_for("*")) if {
+	program
+} else := _shapes_for("*")
 
 # _cands are the candidate shapes compiled (index.rego), _first_cands those
 # that can match the call's arguments: a shape whose prefix does not start
@@ -327,7 +341,7 @@ plan_for(matched, args) := object.union(matched[0].restriction, {"path_args": _p
 _path_args(s, args) := [{"index": k} |
 	some j, a in array.slice(args, s.n, count(args))
 	not startswith(a, "-")
-	k := 1 + s.n + j
+	k := (1 + s.n) + j
 ] if {
 	s.paths
 	count(s.pflags) == 0
@@ -350,7 +364,7 @@ _shape_path_args(s, args) := {x |
 	rest := array.slice(args, s.n, count(args))
 	dd := _dashdash(rest)
 	some j, a in rest
-	x := _path_arg(s, a, j, dd, 1 + s.n + j)
+	x := _path_arg(s, a, j, dd, (1 + s.n) + j)
 }
 
 _dashdash(rest) := count(rest) if {
@@ -426,7 +440,9 @@ env_set := object.union_n([e | some s in _matched; e := s.env_set])
 # or "exec.any_argv" when none does and the profile takes any argv.
 shape_rule_ids := _shape_rule_ids(_matched)
 
-_shape_rule_ids(matched) := sort({s.id | some s in matched}) if count(matched) > 0 else := ["exec.any_argv"]
+_shape_rule_ids(matched) := sort({s.id | some s in matched}) if {
+	count(matched) > 0
+} else := ["exec.any_argv"]
 
 _anchor(re) := concat("", ["^(?:", re, ")$"])
 

@@ -210,7 +210,9 @@ test_malformed_hardening_matches_nothing if {
 	}
 }
 
-_as_object(h) := h if is_object(h) else := {}
+_as_object(h) := h if {
+	is_object(h)
+} else := {}
 
 _malformed_shape_refused(h, _) if not is_object(h)
 

@@ -27,9 +27,13 @@ with_fs_add(g) := object.union(g, {"fs": array.concat(_fs_of(g), g.fs_add)}) if 
 	is_array(g.fs_add)
 } else := g
 
-_fs_of(g) := g.fs if is_array(g.fs) else := []
+_fs_of(g) := g.fs if {
+	is_array(g.fs)
+} else := []
 
-_defaults := config.defaults if is_object(config.defaults) else := {}
+_defaults := config.defaults if {
+	is_object(config.defaults)
+} else := {}
 
 # role_tool[ROLE][TOOL] is a role's compiled grant for a tool.
 role_tool := {r: {t: _compile(with_fs_add(g), t, [_grant_id("role", r, t)]) |
@@ -218,7 +222,9 @@ _shape_id(s, prog) := rule_id(s.id) if {
 	is_array(s.prefix)
 } else := rule_id(concat(".", ["exec.shape", _prog_name(prog)]))
 
-_prog_name(prog) := "any" if prog == "*" else := prog
+_prog_name(prog) := "any" if {
+	prog == "*"
+} else := prog
 
 _cands(prog, star) := {
 	"by_first": {tok: [s | some s in shapes; _can_lead(s, tok)] |
@@ -338,4 +344,6 @@ _is_collection(x) if is_set(x)
 
 _is_collection(x) if is_object(x)
 
-_is_true(x) if x == true else := false
+_is_true(x) if {
+	x == true
+} else := false

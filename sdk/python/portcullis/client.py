@@ -142,8 +142,17 @@ class Client:
         return from_dict(DryRunResponse, self._read("POST", "/v1/decisions", body=body))
 
     def tools(self) -> List[Dict[str, Any]]:
-        """The tools this caller may call, as OpenAI function tools."""
-        return list(self._read("GET", "/v1/tools")["tools"])
+        """The tools this caller may call, as OpenAI function tools, each
+        named by its model-safe name (fs.read is fs_read), which the gateway
+        accepts wherever it takes a tool name."""
+        return list(self.tool_list()["tools"])
+
+    def tool_list(self) -> Dict[str, Any]:
+        """GET /v1/tools in full: {"tools": [...], "names": {model-safe name:
+        the tool's own name}}."""
+        out = dict(self._read("GET", "/v1/tools"))
+        out.setdefault("names", {})
+        return out
 
     # Typed helpers for the built-in tools; they return the response as
     # call does (output.data holds the tool's result).

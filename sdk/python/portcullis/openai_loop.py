@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .client import Client, PortcullisError
 from .types import ToolCallResponse, to_dict
 
 
-def tool_message(tool_call_id: str, resp: Optional[ToolCallResponse]) -> Dict[str, Any]:
-    """The {"role": "tool"} message answering one model tool call. Its
-    content is the ToolOutput as JSON (success, data, error, metadata with the
-    receipt id), so the model reads a denial's reasons and can adapt."""
+def _output_json(resp: Optional[ToolCallResponse]) -> Tuple[str, bool]:
+    """The ToolOutput as the JSON text a model reads, and whether it succeeded."""
     if resp is None:
         output: Dict[str, Any] = {"success": False, "data": None, "metadata": {},
                                   "error": {"code": "internal", "message": "no answer from the gateway", "details": {}}}
@@ -25,7 +23,14 @@ def tool_message(tool_call_id: str, resp: Optional[ToolCallResponse]) -> Dict[st
         output = to_dict(resp.output)
         output.setdefault("data", None)
         output.setdefault("error", None)
-    return {"role": "tool", "tool_call_id": tool_call_id, "content": json.dumps(output)}
+    return json.dumps(output), bool(output.get("success"))
+
+
+def tool_message(tool_call_id: str, resp: Optional[ToolCallResponse]) -> Dict[str, Any]:
+    """The {"role": "tool"} message answering one model tool call. Its
+    content is the ToolOutput as JSON (success, data, error, metadata with the
+    receipt id), so the model reads a denial's reasons and can adapt."""
+    return {"role": "tool", "tool_call_id": tool_call_id, "content": _output_json(resp)[0]}
 
 
 def handle_tool_call(

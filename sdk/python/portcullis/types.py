@@ -281,6 +281,7 @@ class FunctionTool:
 @dataclass
 class ToolList:
     tools: List[FunctionTool] = field(default_factory=list)
+    names: Dict[str, str] = field(default_factory=dict)  # model-safe name -> the tool's own name
 
 
 # WIRE_TYPES maps the OpenAPI schema names to their dataclasses.

@@ -114,7 +114,7 @@ class AgainstGateway(unittest.TestCase):
         self.assertIn("echo said from-model; read: ", res.content)
         self.assertNotIn("read: None", res.content)
         self.assertEqual(len(res.receipts), 2)
-        self.assertEqual(seen[0], ["Exec", "fs.list", "fs.read", "fs.search", "fs.write"])
+        self.assertEqual(seen[0], ["Exec", "fs_list", "fs_read", "fs_search", "fs_write"])  # model-safe names
         listed = self.auditor.receipts(session_id="loop-1")
         self.assertEqual(sorted(r.call_id for r in listed.receipts), ["call_a", "call_b"])
 

@@ -157,9 +157,19 @@ export class Client {
     return this.read<DryRunResponse>("POST", "/v1/decisions", JSON.stringify(req), o);
   }
 
-  /** The tools this caller may call, as OpenAI function tools. */
+  /**
+   * The tools this caller may call, as OpenAI function tools, each named by
+   * its model-safe name (`fs.read` is `fs_read`), which the gateway accepts
+   * wherever it takes a tool name.
+   */
   async tools(o: CallOptions = {}): Promise<FunctionTool[]> {
-    return (await this.read<ToolList>("GET", "/v1/tools", undefined, o)).tools;
+    return (await this.toolList(o)).tools;
+  }
+
+  /** GET /v1/tools in full: the tools and `names` (model-safe name -> the tool's own name). */
+  async toolList(o: CallOptions = {}): Promise<ToolList> {
+    const l = await this.read<ToolList>("GET", "/v1/tools", undefined, o);
+    return { tools: l.tools, names: l.names ?? {} };
   }
 
   /** Lists receipts (auditor role); pass next_cursor as cursor for the next page. */

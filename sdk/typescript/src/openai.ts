@@ -14,11 +14,16 @@ export interface ToolMessage {
  * reasons and can adapt.
  */
 export function toolMessage(toolCallId: string, resp: ToolCallResponse | undefined): ToolMessage {
+  return { role: "tool", tool_call_id: toolCallId, content: outputJSON(resp) };
+}
+
+/** A tool answer's ToolOutput as the JSON text a model reads. */
+export function outputJSON(resp: ToolCallResponse | undefined): string {
   const output: ToolOutput = resp?.output ?? {
     success: false, data: null, metadata: {},
     error: { code: "internal", message: "no answer from the gateway", details: {} },
   };
-  return { role: "tool", tool_call_id: toolCallId, content: JSON.stringify(output) };
+  return JSON.stringify(output);
 }
 
 /**
@@ -59,9 +64,9 @@ export interface ChatCompletionLike {
 
 export type ChatMessage = Record<string, unknown> & { role: string };
 
-export interface ToolLoopResult {
+export interface ToolLoopResult<M = ChatMessage> {
   content: string | null;
-  messages: ChatMessage[];
+  messages: M[];
   receipts: string[];
 }
 

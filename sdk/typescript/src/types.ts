@@ -191,8 +191,14 @@ export interface FunctionTool {
   function: FunctionSpec;
 }
 
+/**
+ * GET /v1/tools: each tool named by its model-safe name (`fs.read` is
+ * `fs_read`), and `names` mapping each listed model-safe name to the
+ * tool's own name. The gateway accepts either form wherever it takes one.
+ */
 export interface ToolList {
   tools: FunctionTool[];
+  names: Record<string, string>;
 }
 
 // Tool-specific inputs and data of the built-in tools (section 4).

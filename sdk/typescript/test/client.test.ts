@@ -104,7 +104,7 @@ describe("against the gateway", () => {
     assert.match(res.content!, /^echo=from-model read=[a-z_]+$/);
     assert.doesNotMatch(res.content!, /read=undefined/);
     assert.equal(res.receipts.length, 2);
-    assert.deepEqual(offered[0], ["Exec", "fs.list", "fs.read", "fs.search", "fs.write"]);
+    assert.deepEqual(offered[0], ["Exec", "fs_list", "fs_read", "fs_search", "fs_write"]); // model-safe names
     const list = await auditor.receipts({ session_id: "ts-loop" });
     assert.deepEqual(list.receipts.map((r) => r.call_id).sort(), ["call_a", "call_b"]);
   });
