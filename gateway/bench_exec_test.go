@@ -15,11 +15,12 @@ import (
 
 	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/backends/bwrap"
-	"github.com/portcullis/portcullis/backends/exectool"
 	"github.com/portcullis/portcullis/backends/process"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/sqlite"
 	"github.com/portcullis/portcullis/policies"
+	"github.com/portcullis/portcullis/tools"
+	exectool "github.com/portcullis/portcullis/tools/exec"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -32,7 +33,7 @@ decision := {"allow": true, "fs_grants": [{"path": "/usr", "mode": "r"}], "netwo
 
 // benchExecServer is the whole gateway around a real Exec tool on runner,
 // with durable evidence in an embedded store.
-func benchExecServer(b *testing.B, runner exectool.Runner) http.Handler {
+func benchExecServer(b *testing.B, runner backends.Runner) http.Handler {
 	b.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "evidence.db"))
@@ -49,7 +50,7 @@ func benchExecServer(b *testing.B, runner exectool.Runner) http.Handler {
 	return New(Options{
 		Keys:   []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
 		Policy: engine, Evidence: w, Receipts: st,
-		Tools:   []backends.Tool{exectool.New(exectool.Options{Runner: runner})},
+		Tools:   []tools.Tool{exectool.New(exectool.Options{Runner: runner})},
 		OpenAPI: OpenAPIDocument,
 	}).Handler()
 }

@@ -10,20 +10,20 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
-	"github.com/portcullis/portcullis/backends"
-	"github.com/portcullis/portcullis/backends/tsdecl"
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/tools"
+	"github.com/portcullis/portcullis/tools/coderun/tsdecl"
 	"github.com/portcullis/portcullis/wire"
 )
 
 // dryRun is POST /v1/decisions: validation, decision and enforcement exactly
 // as a call would get them, without evidence and without running anything.
-// The context is marked a dry run (backends.WithDryRun): with no receipt
+// The context is marked a dry run (tools.WithDryRun): with no receipt
 // written, the tools must not do anything observable from outside either
 // (http.get resolves no name), or the dry run would be an unrecorded
 // channel out.
 func (s *Server) dryRun(c echo.Context) error {
-	ctx := backends.WithDryRun(c.Request().Context())
+	ctx := tools.WithDryRun(c.Request().Context())
 	p, _ := principalOf(c)
 	body, we := s.readBody(c)
 	var req wire.ToolCallRequest
@@ -65,7 +65,7 @@ func (s *Server) dryRun(c echo.Context) error {
 		resp.Error = toWireError(err)
 		return c.JSON(http.StatusOK, resp)
 	}
-	if r, ok := call.(backends.Releaser); ok {
+	if r, ok := call.(tools.Releaser); ok {
 		r.Release() // a dry run never runs
 	}
 	resp.Scope = &scope

@@ -20,8 +20,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -97,7 +97,7 @@ func (s *Server) governedCall(ctx context.Context, p wire.Principal, body []byte
 	))
 	defer span.End()
 
-	call, err := step(ctx, s, "validate", func(ctx context.Context) (backends.Call, error) {
+	call, err := step(ctx, s, "validate", func(ctx context.Context) (tools.Call, error) {
 		return tool.Prepare(ctx, rec.req.Input)
 	})
 	if err != nil {
@@ -142,7 +142,7 @@ func (s *Server) governedCall(ctx context.Context, p wire.Principal, body []byte
 	if _, err := step(ctx, s, "record_decision", func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, s.appendEvents(ctx, s.decisionEvent(rec, wire.DecisionAllow, ""))
 	}); err != nil {
-		if r, ok := call.(backends.Releaser); ok {
+		if r, ok := call.(tools.Releaser); ok {
 			r.Release()
 		}
 		s.metrics.evidenceFailures.Inc()
@@ -154,11 +154,11 @@ func (s *Server) governedCall(ctx context.Context, p wire.Principal, body []byte
 		return statusOf(we.Code), wire.ToolCallResponse{CallID: rec.req.CallID, Decision: s.decisionResult(rec), Output: failed(we, nil)}
 	}
 
-	res, _ := step(ctx, s, "dispatch", func(ctx context.Context) (backends.Result, error) {
+	res, _ := step(ctx, s, "dispatch", func(ctx context.Context) (tools.Result, error) {
 		// Tools that run code (code.run) call other tools through this:
 		// each nested call is decided and recorded like any other.
-		ctx = backends.WithDispatcher(ctx, &nested{s: s, principal: p, parent: rec.id, session: rec.req.SessionID, depth: depth + 1})
-		ctx = backends.WithCaller(ctx, backends.Caller{PrincipalID: p.ID, SessionID: rec.req.SessionID, ReceiptID: receiptID})
+		ctx = tools.WithDispatcher(ctx, &nested{s: s, principal: p, parent: rec.id, session: rec.req.SessionID, depth: depth + 1})
+		ctx = tools.WithCaller(ctx, tools.Caller{PrincipalID: p.ID, SessionID: rec.req.SessionID, ReceiptID: receiptID})
 		return call.Run(ctx, scope), nil
 	})
 	if res.Output.Metadata == nil {
@@ -226,7 +226,7 @@ func (n *nested) Dispatch(ctx context.Context, tool string, input json.RawMessag
 }
 
 // ListTools is what the running call's principal may call now, by tool
-// name (backends.ToolLister): GET /v1/tools' list, for code.run's typed
+// name (tools.ToolLister): GET /v1/tools' list, for code.run's typed
 // stubs.
 func (n *nested) ListTools(ctx context.Context) ([]wire.FunctionSpec, error) {
 	return n.s.visibleSpecs(ctx, n.principal)
@@ -318,7 +318,7 @@ func (s *Server) decisionEvent(rec *record, decision, code string) evidence.Even
 	}
 }
 
-func (s *Server) outcomeEvent(rec *record, res backends.Result) evidence.Event {
+func (s *Server) outcomeEvent(rec *record, res tools.Result) evidence.Event {
 	now := s.opts.Now().UTC()
 	o := &wire.Outcome{
 		Status: res.Status, ExitCode: res.ExitCode, OutputSHA256: res.OutputSHA256,

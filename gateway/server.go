@@ -23,9 +23,9 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/gateway/ui"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -62,7 +62,7 @@ type Options struct {
 	Policy       Decider
 	Evidence     EvidenceWriter
 	Receipts     ReceiptReader
-	Tools        []backends.Tool
+	Tools        []tools.Tool
 	InstanceID   string
 	MaxBodyBytes int64
 	Logger       *slog.Logger
@@ -115,7 +115,7 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	tracer   trace.Tracer
-	tools    map[string]backends.Tool
+	tools    map[string]tools.Tool
 	toolList []string
 	metrics  *metrics
 	mcp      *mcpSessions
@@ -151,7 +151,7 @@ func New(opts Options) *Server {
 		opts:    opts,
 		log:     opts.Logger,
 		tracer:  otel.Tracer(tracerName),
-		tools:   map[string]backends.Tool{},
+		tools:   map[string]tools.Tool{},
 		metrics: newMetrics(opts.Registry),
 	}
 	s.initAuth()

@@ -21,14 +21,14 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 
-	"github.com/portcullis/portcullis/backends"
-	"github.com/portcullis/portcullis/backends/readresult"
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/postgres"
 	"github.com/portcullis/portcullis/evidence/results"
 	"github.com/portcullis/portcullis/evidence/sqlite"
 	"github.com/portcullis/portcullis/gateway"
-	"github.com/portcullis/portcullis/gateway/config"
+	"github.com/portcullis/portcullis/tools"
+	"github.com/portcullis/portcullis/tools/readresult"
 )
 
 // devKeyName names the key `serve --dev` generates; it is also the origin
@@ -106,7 +106,7 @@ func resultStore(cfg config.Config, log *slog.Logger) *results.Store {
 
 // keeperOf is the result store read_tool_result (among tools) reads, for
 // the pipeline to keep results in; nil when the tool is not offered.
-func keeperOf(tools []backends.Tool) gateway.ResultKeeper {
+func keeperOf(tools []tools.Tool) gateway.ResultKeeper {
 	if rs := readresult.Results(tools); rs != nil {
 		return rs
 	}

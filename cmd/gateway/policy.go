@@ -17,12 +17,12 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/bundles"
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/gateway"
-	"github.com/portcullis/portcullis/gateway/config"
 	"github.com/portcullis/portcullis/policies"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -45,7 +45,7 @@ const shadowQueue = 1024
 // openShadow loads policy.shadow_bundle with the live bundle's checks
 // (signature included: an unsigned candidate must not even be evaluated
 // when a key is configured) and starts its worker.
-func (ps *policyStack) openShadow(ctx context.Context, cfg config.Config, log *slog.Logger, tools []backends.Tool, rec bundles.ShadowRecorder) error {
+func (ps *policyStack) openShadow(ctx context.Context, cfg config.Config, log *slog.Logger, tools []tools.Tool, rec bundles.ShadowRecorder) error {
 	opts, err := loadOptions(cfg, tools)
 	if err != nil {
 		return err
@@ -107,7 +107,7 @@ func reloadOf(r bundles.Result) wire.PolicyReload {
 // and parameter schemas are used, so no backend is needed.
 // describedTools is the tool set for commands that only read the tools'
 // schemas: the same list serve runs, with a runner that never starts.
-func describedTools() []backends.Tool {
+func describedTools() []tools.Tool {
 	return newTools(config.Default(), unavailableRunner{}, slog.New(slog.DiscardHandler), nil)
 }
 
@@ -116,7 +116,7 @@ func describedTools() []backends.Tool {
 // tampered or wrongly signed bundles never activate, directories included),
 // the bundle's own tests unless policy.run_tests is false, and the input
 // schemas of the gateway's tools.
-func loadOptions(cfg config.Config, tools []backends.Tool) (policies.LoadOptions, error) {
+func loadOptions(cfg config.Config, tools []tools.Tool) (policies.LoadOptions, error) {
 	var opts policies.LoadOptions
 	if cfg.Policy.VerificationKey != "" {
 		vc, err := bundles.VerificationConfig(cfg.Policy.VerificationKey, cfg.Policy.KeyID)
@@ -136,7 +136,7 @@ func loadOptions(cfg config.Config, tools []backends.Tool) (policies.LoadOptions
 	return opts, nil
 }
 
-func toolSchemas(tools []backends.Tool) []policies.ToolSchema {
+func toolSchemas(tools []tools.Tool) []policies.ToolSchema {
 	out := make([]policies.ToolSchema, 0, len(tools))
 	for _, t := range tools {
 		out = append(out, policies.ToolSchema{Name: t.Name(), Args: t.Parameters()})
@@ -152,7 +152,7 @@ func toolSchemas(tools []backends.Tool) []policies.ToolSchema {
 // not fatal: like OPA, the gateway starts with no policy, reports not-ready
 // on /readyz, refuses every call 503 backend_unavailable, and the manager's
 // Run retries with backoff until a bundle activates.
-func openPolicy(ctx context.Context, cfg config.Config, log *slog.Logger, tools []backends.Tool, rec bundles.Recorder, waitRemote bool) (*policyStack, error) {
+func openPolicy(ctx context.Context, cfg config.Config, log *slog.Logger, tools []tools.Tool, rec bundles.Recorder, waitRemote bool) (*policyStack, error) {
 	src, err := bundles.NewSource(cfg.Policy.Bundle, bundles.HTTPOptions{BearerTokenFile: cfg.Policy.BearerTokenFile, Timeout: cfg.Policy.FetchTimeout.Std()})
 	if err != nil {
 		return nil, fmt.Errorf("config: policy.bundle: %w", err)

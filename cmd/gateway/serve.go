@@ -24,18 +24,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/portcullis/portcullis/backends"
-	"github.com/portcullis/portcullis/backends/coderun"
-	"github.com/portcullis/portcullis/backends/exectool"
-	"github.com/portcullis/portcullis/backends/fstool"
-	"github.com/portcullis/portcullis/backends/httpget"
-	"github.com/portcullis/portcullis/backends/readresult"
 	"github.com/portcullis/portcullis/bundles"
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/postgres"
 	"github.com/portcullis/portcullis/evidence/sqlite"
 	"github.com/portcullis/portcullis/gateway"
-	"github.com/portcullis/portcullis/gateway/config"
 	"github.com/portcullis/portcullis/policies"
+	"github.com/portcullis/portcullis/tools"
+	"github.com/portcullis/portcullis/tools/coderun"
+	exectool "github.com/portcullis/portcullis/tools/exec"
+	fstool "github.com/portcullis/portcullis/tools/fs"
+	"github.com/portcullis/portcullis/tools/httpget"
+	"github.com/portcullis/portcullis/tools/readresult"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -335,7 +336,7 @@ type stack struct {
 	writer     *evidence.Writer
 	engine     *policies.Engine
 	policy     *policyStack
-	tools      []backends.Tool
+	tools      []tools.Tool
 	backend    string
 	refused    string // why Exec and code.run are refused ("" when they run)
 	instanceID string
@@ -476,8 +477,8 @@ func reloadOnHUP(ctx context.Context, st *stack, log *slog.Logger) {
 // runs these, and `policy schema` describes the same.
 // stop is closed when serve shuts down: the file tools then abandon their
 // read-only calls in flight rather than hold the shutdown.
-func newTools(cfg config.Config, runner exectool.Runner, log *slog.Logger, stop <-chan struct{}) []backends.Tool {
-	tools := []backends.Tool{exectool.New(exectool.Options{Runner: runner, Logger: log})}
+func newTools(cfg config.Config, runner backends.Runner, log *slog.Logger, stop <-chan struct{}) []tools.Tool {
+	tools := []tools.Tool{exectool.New(exectool.Options{Runner: runner, Logger: log})}
 	tools = append(tools, fstool.Tools(fstool.Options{Logger: log, Stop: stop})...)
 	tools = append(tools, httpget.New(httpget.Options{Logger: log}),
 		coderun.New(coderun.Options{Runner: runner, Deno: denoPath(cfg), Logger: log}))
