@@ -219,10 +219,6 @@ func (s *Server) Routes() [][2]string {
 	return out
 }
 
-type ctxKey int
-
-const principalKey ctxKey = 1
-
 // principalOf returns the authenticated principal of a request.
 func principalOf(c echo.Context) (wire.Principal, bool) {
 	p, ok := c.Get("principal").(wire.Principal)
@@ -250,8 +246,6 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		c.Set(ctxAuthMethod, method)
 		c.Set("principal", p)
-		ctx := context.WithValue(c.Request().Context(), principalKey, p.ID)
-		c.SetRequest(c.Request().WithContext(ctx))
 		return next(c)
 	}
 }

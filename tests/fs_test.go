@@ -63,10 +63,6 @@ func newFSEnv(t *testing.T) *fsEnv {
 		agentNarrow: map[string]any{"tools": fsTools, "fs_grants": grants, "limits": map[string]any{"fsize_bytes": 1000, "max_output_bytes": 1024}},
 	}}})
 	e.g = d.start(t)
-	// The lead wires the tools into cmd/gateway; until then say so plainly.
-	if res := e.call(t, agentFull, "fs.list", map[string]any{"path": "@w"}); res.errCode() == "unknown_tool" {
-		t.Skip("fs tools are not wired into cmd/gateway/serve.go yet (unknown_tool)")
-	}
 	return e
 }
 

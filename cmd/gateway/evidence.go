@@ -104,10 +104,10 @@ func resultStore(cfg config.Config, log *slog.Logger) *results.Store {
 		Retention: cfg.Evidence.ResultsRetention.Std(), MaxBytes: cfg.Evidence.ResultsMaxBytes, Logger: log})
 }
 
-// keeperOf is the result store read_tool_result (among tools) reads, for
+// keeperOf is the result store read_tool_result (among ts) reads, for
 // the pipeline to keep results in; nil when the tool is not offered.
-func keeperOf(tools []tools.Tool) gateway.ResultKeeper {
-	if rs := readresult.Results(tools); rs != nil {
+func keeperOf(ts []tools.Tool) gateway.ResultKeeper {
+	if rs := readresult.Results(ts); rs != nil {
 		return rs
 	}
 	return nil

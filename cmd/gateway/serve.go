@@ -478,12 +478,12 @@ func reloadOnHUP(ctx context.Context, st *stack, log *slog.Logger) {
 // stop is closed when serve shuts down: the file tools then abandon their
 // read-only calls in flight rather than hold the shutdown.
 func newTools(cfg config.Config, runner backends.Runner, log *slog.Logger, stop <-chan struct{}) []tools.Tool {
-	tools := []tools.Tool{exectool.New(exectool.Options{Runner: runner, Logger: log})}
-	tools = append(tools, fstool.Tools(fstool.Options{Logger: log, Stop: stop})...)
-	tools = append(tools, httpget.New(httpget.Options{Logger: log}),
+	ts := []tools.Tool{exectool.New(exectool.Options{Runner: runner, Logger: log})}
+	ts = append(ts, fstool.Tools(fstool.Options{Logger: log, Stop: stop})...)
+	ts = append(ts, httpget.New(httpget.Options{Logger: log}),
 		coderun.New(coderun.Options{Runner: runner, Deno: denoPath(cfg), Logger: log}))
 	if rs := resultStore(cfg, log); rs != nil {
-		tools = append(tools, readresult.New(rs))
+		ts = append(ts, readresult.New(rs))
 	}
-	return tools
+	return ts
 }

@@ -47,10 +47,10 @@ var _ tools.Tool = (*Tool)(nil)
 // New returns the tool over a result store.
 func New(s Store) *Tool { return &Tool{store: s} }
 
-// Results returns the result store of the read_tool_result tool in tools,
+// Results returns the result store of the read_tool_result tool in ts,
 // or nil: serve uses it to keep results for the tool to read.
-func Results(tools []tools.Tool) *results.Store {
-	for _, t := range tools {
+func Results(ts []tools.Tool) *results.Store {
+	for _, t := range ts {
 		if rt, ok := t.(*Tool); ok {
 			s, _ := rt.store.(*results.Store)
 			return s
