@@ -278,9 +278,9 @@ func TestLateOutcomesFloodKeepsKnown(t *testing.T) {
 	st := newFlakyStore()
 	s := New(Options{Policy: fakePolicy{allow: true}, Evidence: st, Receipts: st, InstanceID: "test"})
 	ran := evidence.Event{ID: uuid.New(), ReceiptID: uuid.New(), Kind: evidence.KindOutcome, Outcome: &wire.Outcome{Status: wire.StatusSucceeded}}
-	s.queueLate(ran, false)
+	s.late.Queue(ran, false)
 	for range evidence.LateMax + 5 {
-		s.queueLate(s.notRunOutcome(&record{id: uuid.New()}), true)
+		s.late.Queue(evidence.NotRunOutcome(uuid.New(), s.opts.InstanceID, s.opts.Now()), true)
 	}
 	known, maybe := s.late.Pending()
 	if known != 1 {

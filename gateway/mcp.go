@@ -406,3 +406,14 @@ func rpcFail(c echo.Context, status int, id json.RawMessage, code int, msg strin
 	}
 	return c.JSON(status, rpcResponse{JSONRPC: "2.0", ID: id, Error: &rpcError{Code: code, Message: msg}})
 }
+
+// mcpRoutes registers the MCP (Streamable HTTP) endpoint. Authentication is
+// the global bearer-key middleware (/mcp is not public); the agent role is
+// required as for the REST tool routes.
+func (s *Server) mcpRoutes(e *echo.Echo) {
+	s.mcp = newMCPSessions(s.opts.Now)
+	guard := []echo.MiddlewareFunc{s.checkOrigin, s.require(wire.RoleAgent)}
+	e.POST("/mcp", s.mcpPost, guard...)
+	e.GET("/mcp", s.mcpGet, guard...)
+	e.DELETE("/mcp", s.mcpDelete, guard...)
+}

@@ -149,7 +149,7 @@ func (s *Server) governedCall(ctx context.Context, p wire.Principal, body []byte
 		s.log.ErrorContext(ctx, "decision event not durable; refusing to dispatch", "err", err, "tool", tool.Name())
 		// The commit's result may be unknown (lost with its connection):
 		// should the decision turn up, it gets the outcome "did not run".
-		s.queueLate(s.notRunOutcome(rec), true)
+		s.late.Queue(evidence.NotRunOutcome(rec.id, s.opts.InstanceID, s.opts.Now()), true)
 		we := wire.Errorf(wire.CodeEvidenceUnavailable, "the evidence store is unavailable, so the call was not run; retry later")
 		return statusOf(we.Code), wire.ToolCallResponse{CallID: rec.req.CallID, Decision: s.decisionResult(rec), Output: failed(we, nil)}
 	}
@@ -176,7 +176,7 @@ func (s *Server) governedCall(ctx context.Context, p wire.Principal, body []byte
 		s.metrics.evidenceFailures.Inc()
 		s.log.ErrorContext(ctx, "outcome event not durable; queued to record later", "err", err, "receipt_id", rec.id)
 		res.Output.Metadata["evidence_outcome"] = "unrecorded"
-		s.queueLate(outcome, false)
+		s.late.Queue(outcome, false)
 	}
 	s.keepResult(ctx, rec, tool.Name(), res) // for read_tool_result (results.go)
 

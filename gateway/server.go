@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	_ "embed"
 	"encoding/json"
 	"log/slog"
 	"net"
@@ -157,7 +158,7 @@ func New(opts Options) *Server {
 	s.initAuth()
 	s.late = opts.Late
 	if s.late == nil {
-		s.late = newLate(opts)
+		s.late = memoryLate(opts)
 	}
 	opts.Registry.MustRegister(newLateCollector(s.late))
 	for _, t := range opts.Tools {
@@ -369,6 +370,12 @@ func (s *Server) readyz(c echo.Context) error {
 	return c.JSON(status, map[string]any{"ready": ready, "checks": checks})
 }
 
+// OpenAPIDocument is the served /openapi.json; gateway tests hold it against
+// the routes and the wire types so the two cannot drift.
+//
+//go:embed openapi.json
+var OpenAPIDocument []byte
+
 func (s *Server) openapi(c echo.Context) error {
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, s.opts.OpenAPI)
 }
@@ -384,4 +391,41 @@ func decodeStrict(b []byte, v any) error {
 		return errTrailing
 	}
 	return nil
+}
+
+// Run does the server's background work until ctx ends: it records late
+// outcomes once the store commits again, and sweeps expired results.
+// serve runs it beside the HTTP server; a Server whose Run is not called
+// keeps late outcomes queued (bounded).
+func (s *Server) Run(ctx context.Context) {
+	if s.opts.Results != nil {
+		go s.opts.Results.Run(ctx)
+	}
+	s.late.Run(ctx)
+}
+
+// FlushLate records the late outcomes that are queued and ready, and
+// returns how many remain queued (serve calls it once more at shutdown).
+func (s *Server) FlushLate(ctx context.Context) int { return s.late.Flush(ctx) }
+
+// memoryLate is the memory-only evidence.LateOutcomes of a Server built
+// without one (Options.Late): serve gives it a spooled one.
+func memoryLate(opts Options) *evidence.LateOutcomes {
+	var healthy func() bool
+	if h, ok := opts.Evidence.(interface{ Healthy() bool }); ok {
+		healthy = h.Healthy
+	}
+	lo := evidence.LateOptions{Writer: evidence.Unavailable{}, Receipts: evidence.Unavailable{}, Healthy: healthy,
+		WriteTimeout: opts.EvidenceTimeout, Logger: opts.Logger, Now: opts.Now}
+	if opts.Evidence != nil {
+		lo.Writer = opts.Evidence
+	}
+	if opts.Receipts != nil {
+		lo.Receipts = opts.Receipts
+	}
+	l, err := evidence.OpenLateOutcomes(lo)
+	if err != nil {
+		panic(err) // only a missing writer or reader, which Unavailable stands in for
+	}
+	return l
 }
