@@ -9,7 +9,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
-	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
@@ -112,15 +111,18 @@ type Options struct {
 
 // Server is the gateway's HTTP API.
 type Server struct {
-	e        *echo.Echo
-	opts     Options
-	log      *slog.Logger
-	tracer   trace.Tracer
-	tools    map[string]tools.Tool
-	toolList []string
-	metrics  *metrics
-	mcp      *mcpSessions
-	late     *evidence.LateOutcomes
+	e *echo.Echo
+	// toolCallRoutes answer every error as a ToolCallResponse
+	// (toolCallRoute).
+	toolCallRoutes map[string]bool
+	opts           Options
+	log            *slog.Logger
+	tracer         trace.Tracer
+	tools          map[string]tools.Tool
+	toolList       []string
+	metrics        *metrics
+	mcp            *mcpSessions
+	late           *evidence.LateOutcomes
 	// resultGrants caches who may read results back (results.go).
 	resultGrants resultGrants
 }
@@ -186,7 +188,7 @@ func New(opts Options) *Server {
 	e.GET("/openapi.json", s.openapi)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})))
 
-	e.POST("/v1/tool-calls", s.toolCall)
+	s.toolCallRoute(e, "/v1/tool-calls", s.toolCall)
 	e.POST("/v1/decisions", s.dryRun, s.require(wire.RoleAgent, wire.RoleAdmin))
 	e.GET("/v1/tools", s.listTools, s.require(wire.RoleAgent))
 	e.GET("/v1/tools.d.ts", s.toolDeclarations, s.require(wire.RoleAgent))
@@ -378,19 +380,6 @@ var OpenAPIDocument []byte
 
 func (s *Server) openapi(c echo.Context) error {
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, s.opts.OpenAPI)
-}
-
-// decodeStrict decodes exactly one JSON value into v, refusing unknown fields.
-func decodeStrict(b []byte, v any) error {
-	dec := json.NewDecoder(bytesReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errTrailing
-	}
-	return nil
 }
 
 // Run does the server's background work until ctx ends: it records late

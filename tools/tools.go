@@ -62,6 +62,29 @@ type Result struct {
 	Backend      string // what really ran the call: "process", "bwrap", ...
 	// Network attributes proxied connections to the call (nil: none).
 	Network *wire.NetworkStats
+	// DurationMS is how long the tool ran, as the outcome records it, when
+	// Timed; otherwise the pipeline measures the call itself. Set both with
+	// SetDuration, which also shows it to the caller as metadata
+	// duration_ms.
+	DurationMS int64
+	Timed      bool
+}
+
+// SetDuration records that the call ran for ms milliseconds: on the result,
+// for the outcome's evidence, and as the output's metadata duration_ms, for
+// the caller, from one value so that the two never differ.
+func (r *Result) SetDuration(ms int64) {
+	if r.Output.Metadata == nil {
+		r.Output.Metadata = map[string]any{}
+	}
+	r.Output.Metadata["duration_ms"] = ms
+	r.DurationMS, r.Timed = ms, true
+}
+
+// Timed is r after r.SetDuration(ms), for a result built in one expression.
+func Timed(r Result, ms int64) Result {
+	r.SetDuration(ms)
+	return r
 }
 
 // Dispatcher runs a tool call on behalf of the call that is running now: the

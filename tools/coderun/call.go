@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -198,18 +197,23 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	backend := t.runner.Name()
 	start := time.Now()
 	meta := func() map[string]any {
-		m := map[string]any{"backend": backend, "duration_ms": time.Since(start).Milliseconds(), "runtime": "deno"}
+		m := map[string]any{"backend": backend, "runtime": "deno"}
 		if backend == "process" {
 			m["confinement"] = "deno permissions only: no OS sandbox on this gateway"
 		}
 		return m
 	}
-	fail := func(code wire.Code, format string, a ...any) tools.Result {
-		return tools.Result{
-			Output:  wire.ToolOutput{Error: wire.Errorf(code, format, a...), Metadata: meta()},
+	failWith := func(we *wire.Error) tools.Result {
+		r := tools.Result{
+			Output:  wire.ToolOutput{Error: we, Metadata: meta()},
 			Status:  wire.StatusError,
 			Backend: backend,
 		}
+		r.SetDuration(time.Since(start).Milliseconds())
+		return r
+	}
+	fail := func(code wire.Code, format string, a ...any) tools.Result {
+		return failWith(wire.Errorf(code, format, a...))
 	}
 	if !c.enforced || scope.Limits.TimeoutS <= 0 || scope.Limits.MaxOutputBytes <= 0 {
 		return fail(wire.CodeInternal, "code.run was run before its scope was enforced")
@@ -219,7 +223,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	}
 	deno, err := filepath.EvalSymlinks(t.deno)
 	if err != nil {
-		return fail(wire.CodeBackendUnavailable, "the configured Deno binary %s is not usable: %v", t.deno, err)
+		return failWith(wire.Wrap(wire.CodeBackendUnavailable, "coderun: deno", err, "the configured Deno binary %s is not usable", t.deno))
 	}
 
 	dir, err := os.MkdirTemp("", "portcullis-coderun-")
@@ -227,7 +231,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 		dir, err = filepath.EvalSymlinks(dir)
 	}
 	if err != nil {
-		return fail(wire.CodeBackendUnavailable, "could not create the run directory: %v", err)
+		return failWith(wire.Wrap(wire.CodeBackendUnavailable, "coderun: run directory", err, "could not create the run directory"))
 	}
 	defer func() {
 		if err := os.RemoveAll(dir); err != nil {
@@ -240,12 +244,12 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	home, denoDir := filepath.Join(dir, "home"), filepath.Join(dir, "deno")
 	for _, d := range []string{home, denoDir} {
 		if err := os.Mkdir(d, 0o700); err != nil {
-			return fail(wire.CodeBackendUnavailable, "could not create %s: %v", d, err)
+			return failWith(wire.Wrap(wire.CodeBackendUnavailable, "coderun: run directory", err, "could not create the run directory"))
 		}
 	}
 	disp, _ := tools.DispatcherFrom(ctx)
 	if err := writeRunDir(dir, c.in.language, c.in.code, tsdecl.StubsJS(c.stubs(ctx, disp))); err != nil {
-		return fail(wire.CodeBackendUnavailable, "could not write the program: %v", err)
+		return failWith(wire.Wrap(wire.CodeBackendUnavailable, "coderun: write program", err, "could not write the program"))
 	}
 	reqPath, respPath := filepath.Join(dir, "bridge.req"), filepath.Join(dir, "bridge.resp")
 	// Nested calls end with the run: the runner stops Deno at the
@@ -254,7 +258,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	defer cancel()
 	br, err := openBridge(reqPath, respPath, disp, t.maxCalls, scope.Limits.MaxOutputBytes)
 	if err != nil {
-		return fail(wire.CodeBackendUnavailable, "could not open the tool bridge: %v", err)
+		return failWith(wire.Wrap(wire.CodeBackendUnavailable, "coderun: bridge", err, "could not open the tool bridge"))
 	}
 	// Past the tool-call budget the bridge stops the run: the runner
 	// sees runCtx end and kills Deno's whole process group.
@@ -290,14 +294,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	calls, result, resultTruncated, overBudget := br.snapshot()
 	if err != nil {
 		t.log.ErrorContext(ctx, "coderun: runner could not start deno", "backend", backend, "error", err)
-		var we *wire.Error
-		switch {
-		case errors.As(err, &we):
-			return fail(we.Code, "%s", we.Message)
-		case errors.Is(err, sandbox.ErrUnsafePath):
-			return fail(wire.CodeSandboxViolation, "the sandbox for code.run could not be built safely: %v", err)
-		}
-		return fail(wire.CodeBackendUnavailable, "the %s backend could not start Deno: %v", backend, err)
+		return failWith(tools.RunnerFailure(err, backend, "Deno"))
 	}
 	stdout, stderr := scrub(res.Stdout, dir), scrub(res.Stderr, dir)
 	data := Data{
@@ -325,7 +322,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	}
 	sum, err := json.Marshal(data)
 	if err != nil {
-		return fail(wire.CodeInternal, "encoding the output: %v", err)
+		return failWith(wire.Wrap(wire.CodeInternal, "coderun: encode output", err, "encoding the output failed"))
 	}
 	digest := sha256.Sum256(sum)
 	exit := res.ExitCode
@@ -336,7 +333,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 		Backend:      backend,
 		Network:      res.Network,
 	}
-	out.Output.Metadata["duration_ms"] = data.DurationMS
+	out.SetDuration(data.DurationMS)
 	if res.Network != nil {
 		out.Output.Metadata["network"] = res.Network
 	}

@@ -301,15 +301,17 @@ type Data struct {
 func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	t := c.tool
 	backend := t.runner.Name()
-	fail := func(code wire.Code, format string, a ...any) tools.Result {
-		return tools.Result{
-			Output: wire.ToolOutput{
-				Error:    wire.Errorf(code, format, a...),
-				Metadata: map[string]any{"backend": backend, "duration_ms": int64(0)},
-			},
+	failWith := func(we *wire.Error) tools.Result {
+		r := tools.Result{
+			Output:  wire.ToolOutput{Error: we, Metadata: map[string]any{"backend": backend}},
 			Status:  wire.StatusError,
 			Backend: backend,
 		}
+		r.SetDuration(0)
+		return r
+	}
+	fail := func(code wire.Code, format string, a ...any) tools.Result {
+		return failWith(wire.Errorf(code, format, a...))
 	}
 	if !c.enforced {
 		return fail(wire.CodeInternal, "Exec was run before its scope was enforced")
@@ -336,7 +338,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 
 	home, err := os.MkdirTemp("", "portcullis-home-")
 	if err != nil {
-		return fail(wire.CodeBackendUnavailable, "could not create the private HOME: %v", err)
+		return failWith(wire.Wrap(wire.CodeBackendUnavailable, "exec: private HOME", err, "could not create the private HOME"))
 	}
 	defer func() {
 		if err := os.RemoveAll(home); err != nil {
@@ -370,14 +372,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	res, err := t.runner.Run(ctx, spec)
 	if err != nil {
 		t.log.ErrorContext(ctx, "exectool: runner could not start the program", "argv0", c.in.argv0, "backend", backend, "error", err)
-		var we *wire.Error
-		switch {
-		case errors.As(err, &we):
-			return fail(we.Code, "%s", we.Message)
-		case errors.Is(err, sandbox.ErrUnsafePath):
-			return fail(wire.CodeSandboxViolation, "the sandbox for %s could not be built safely: %v", c.in.argv0, err)
-		}
-		return fail(wire.CodeBackendUnavailable, "the %s backend could not start %s: %v", backend, c.in.argv0, err)
+		return failWith(tools.RunnerFailure(err, backend, c.in.argv0))
 	}
 
 	data := Data{
@@ -392,20 +387,21 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	}
 	sum, err := json.Marshal(data)
 	if err != nil {
-		return fail(wire.CodeInternal, "encoding the output: %v", err)
+		return failWith(wire.Wrap(wire.CodeInternal, "exec: encode output", err, "encoding the output failed"))
 	}
 	digest := sha256.Sum256(sum)
 	exit := res.ExitCode
 	out := tools.Result{
 		Output: wire.ToolOutput{
 			Data:     data,
-			Metadata: map[string]any{"backend": backend, "duration_ms": data.DurationMS},
+			Metadata: map[string]any{"backend": backend},
 		},
 		ExitCode:     &exit,
 		OutputSHA256: hex.EncodeToString(digest[:]),
 		Backend:      backend,
 		Network:      res.Network,
 	}
+	out.SetDuration(data.DurationMS)
 	if res.Network != nil {
 		out.Output.Metadata["network"] = res.Network
 	}

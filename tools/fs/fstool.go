@@ -24,6 +24,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -377,14 +378,16 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	}
 	ms := time.Since(start).Milliseconds()
 	res := tools.Result{
-		Output:  wire.ToolOutput{Metadata: map[string]any{"backend": Backend, "duration_ms": ms}},
+		Output:  wire.ToolOutput{Metadata: map[string]any{"backend": Backend}},
 		Backend: Backend,
 	}
+	res.SetDuration(ms)
 	if err != nil {
-		we, ok := err.(*wire.Error)
-		if !ok {
-			c.tool.s.log.ErrorContext(ctx, "fstool: internal failure", "tool", c.tool.name, "error", err)
-			we = wire.Errorf(wire.CodeInternal, "%s failed inside the gateway; nothing was changed", c.tool.name)
+		var we *wire.Error
+		if !errors.As(err, &we) {
+			// The cause travels wrapped; the pipeline logs it where the
+			// answer leaves the gateway.
+			we = wire.Wrap(wire.CodeInternal, "fs: "+c.tool.name, err, "%s failed inside the gateway; nothing was changed", c.tool.name)
 		}
 		if we.Details == nil {
 			we.Details = map[string]any{}

@@ -14,8 +14,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -146,7 +148,8 @@ func (t *Tool) check(ctx context.Context, n wire.Network, tg target, field strin
 		if ctx.Err() != nil {
 			return netip.AddrPort{}, &wire.Error{Code: wire.CodeTimeout, Message: fmt.Sprintf("resolving %s did not finish in time", tg.host), Details: map[string]any{"field": field, "host": tg.hostPort()}}
 		}
-		return netip.AddrPort{}, &wire.Error{Code: wire.CodeBackendUnavailable, Message: fmt.Sprintf("resolving %s failed: %v", tg.host, err), Details: map[string]any{"field": field, "host": tg.hostPort()}}
+		return netip.AddrPort{}, &wire.Error{Code: wire.CodeBackendUnavailable, Message: fmt.Sprintf("resolving %s failed (%s)", tg.host, netFailure(err)), Details: map[string]any{"field": field, "host": tg.hostPort()},
+			Op: "httpget: resolve", Err: err}
 	}
 	if egress.Metadata(addr.Addr()) {
 		return deny("%s resolves to the cloud metadata address %s, which is never reachable from a tool", tg.hostPort(), addr.Addr())
@@ -230,15 +233,15 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	start := time.Now()
 	stats := &wire.NetworkStats{Allowed: []string{}, Refused: []string{}}
 	fail := func(status string, e *wire.Error) tools.Result {
-		return tools.Result{
+		return tools.Timed(tools.Result{
 			Output: wire.ToolOutput{
 				Error:    e,
-				Metadata: map[string]any{"backend": Backend, "duration_ms": time.Since(start).Milliseconds(), "network": stats},
+				Metadata: map[string]any{"backend": Backend, "network": stats},
 			},
 			Status:  status,
 			Backend: Backend,
 			Network: stats,
-		}
+		}, time.Since(start).Milliseconds())
 	}
 	if !c.enforced || !c.pinned.IsValid() || scope.Limits.TimeoutS <= 0 || scope.Limits.MaxOutputBytes <= 0 {
 		return fail(wire.StatusError, wire.Errorf(wire.CodeInternal, "http.get was run before its scope was enforced"))
@@ -254,7 +257,8 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 		if ctx.Err() != nil {
 			return fail(wire.StatusTimedOut, &wire.Error{Code: wire.CodeTimeout, Message: fmt.Sprintf("fetching %s did not finish within %d s; raise timeout_s (at most %d, and the policy's limit)", cur.url, scope.Limits.TimeoutS, MaxTimeoutS), Details: map[string]any{"field": "timeout_s", "url": cur.url.String()}})
 		}
-		return fail(wire.StatusError, &wire.Error{Code: wire.CodeBackendUnavailable, Message: fmt.Sprintf("fetching %s (%s) failed: %v", cur.url, addr, err), Details: map[string]any{"field": "url", "url": cur.url.String(), "address": addr.String()}})
+		return fail(wire.StatusError, &wire.Error{Code: wire.CodeBackendUnavailable, Message: fmt.Sprintf("fetching %s (%s) failed (%s)", cur.url, addr, netFailure(err)), Details: map[string]any{"field": "url", "url": cur.url.String(), "address": addr.String()},
+			Op: "httpget: fetch", Err: err})
 	}
 	loc := resp.Header.Get("Location")
 	if !c.in.follow || !isRedirect(resp.StatusCode) || loc == "" {
@@ -302,7 +306,7 @@ func (c *call) follow(ctx context.Context, scope wire.Scope, loc string, stats *
 		}
 		raw, err := json.Marshal(in)
 		if err != nil {
-			return fail(wire.StatusError, wire.Errorf(wire.CodeInternal, "encoding redirect hop %d: %v", n, err))
+			return fail(wire.StatusError, wire.Wrap(wire.CodeInternal, "httpget: encode hop", err, "encoding redirect hop %d failed", n))
 		}
 		_, resp := disp.Dispatch(ctx, ToolName, raw)
 		hop := Hop{URL: next.url.String(), ReceiptID: resp.ReceiptID}
@@ -326,7 +330,7 @@ func (c *call) follow(ctx context.Context, scope wire.Scope, loc string, stats *
 		}
 		data, derr := hopData(resp.Output.Data)
 		if derr != nil {
-			return fail(wire.StatusError, wire.Errorf(wire.CodeInternal, "redirect hop %d answered no http.get data: %v", n, derr))
+			return fail(wire.StatusError, wire.Wrap(wire.CodeInternal, "httpget: redirect hop", derr, "redirect hop %d answered no http.get data", n))
 		}
 		hop.Status = data.Status
 		hops = append(hops, hop)
@@ -370,13 +374,13 @@ func (c *call) finish(ctx context.Context, resp *http.Response, cur target, addr
 	limit := scope.Limits.MaxOutputBytes
 	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
 	if err != nil && ctx.Err() != nil {
-		return tools.Result{
+		return tools.Timed(tools.Result{
 			Output: wire.ToolOutput{
 				Error:    &wire.Error{Code: wire.CodeTimeout, Message: fmt.Sprintf("reading the body of %s did not finish within %d s", cur.url, scope.Limits.TimeoutS), Details: map[string]any{"field": "timeout_s"}},
-				Metadata: map[string]any{"backend": Backend, "duration_ms": time.Since(start).Milliseconds(), "network": stats},
+				Metadata: map[string]any{"backend": Backend, "network": stats},
 			},
 			Status: wire.StatusTimedOut, Backend: Backend, Network: stats,
-		}
+		}, time.Since(start).Milliseconds())
 	}
 	truncated := len(body) > limit || (err != nil)
 	if len(body) > limit {
@@ -406,20 +410,21 @@ func (c *call) finish(ctx context.Context, resp *http.Response, cur target, addr
 func (c *call) result(ctx context.Context, data Data, scope wire.Scope, stats *wire.NetworkStats, start time.Time) tools.Result {
 	sum, err := json.Marshal(data)
 	if err != nil {
-		return tools.Result{Output: wire.ToolOutput{Error: wire.Errorf(wire.CodeInternal, "encoding the output: %v", err), Metadata: map[string]any{"backend": Backend}}, Status: wire.StatusError, Backend: Backend}
+		return tools.Result{Output: wire.ToolOutput{Error: wire.Wrap(wire.CodeInternal, "httpget: encode output", err, "encoding the output failed"), Metadata: map[string]any{"backend": Backend}}, Status: wire.StatusError, Backend: Backend}
 	}
 	digest := sha256.Sum256(sum)
 	out := tools.Result{
 		Output: wire.ToolOutput{
 			Success:  data.Status < 400,
 			Data:     data,
-			Metadata: map[string]any{"backend": Backend, "duration_ms": time.Since(start).Milliseconds(), "network": stats},
+			Metadata: map[string]any{"backend": Backend, "network": stats},
 		},
 		Status:       wire.StatusSucceeded,
 		OutputSHA256: hex.EncodeToString(digest[:]),
 		Backend:      Backend,
 		Network:      stats,
 	}
+	out.SetDuration(time.Since(start).Milliseconds())
 	if data.Status >= 400 {
 		out.Status = wire.StatusFailed
 	}
@@ -528,4 +533,32 @@ func addOnce(list *[]string, s string) {
 	if !slices.Contains(*list, s) {
 		*list = append(*list, s)
 	}
+}
+
+// netFailure says what kind of network failure err is, in words safe to
+// send: never the error's text, which names the gateway's resolver, proxy
+// and local addresses (the cause is logged instead).
+func netFailure(err error) string {
+	var dns *net.DNSError
+	var cert *tls.CertificateVerificationError
+	var rec tls.RecordHeaderError
+	switch {
+	case errors.As(err, &dns) && dns.IsNotFound:
+		return "no such host"
+	case errors.As(err, &dns) && dns.IsTimeout, errors.Is(err, os.ErrDeadlineExceeded):
+		return "timed out"
+	case errors.As(err, &dns):
+		return "the name could not be resolved"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the connection was closed by the server"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "the address is unreachable"
+	case errors.As(err, &cert):
+		return "the server's TLS certificate was not accepted"
+	case errors.As(err, &rec):
+		return "the server did not speak TLS"
+	}
+	return "network error"
 }

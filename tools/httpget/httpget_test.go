@@ -522,3 +522,47 @@ func TestParametersSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestFailureCausesStayInside: a fetch that fails at the network answers
+// with what kind of failure it was, never the Go error's text, which names
+// the gateway's local address and dialer ("dial tcp 127.0.0.1:41234 ->
+// ...: connect: connection refused") or resolver ("lookup x on
+// 10.0.0.2:53"). The cause travels wrapped, for the log.
+func TestFailureCausesStayInside(t *testing.T) {
+	t.Parallel()
+	ln := server(t, false)
+	p := port(t, ln)
+	ln.Close() // nothing listens there now: connection refused
+	tool := New(Options{Resolver: newResolver()})
+	_, out, status, _ := run(t, tool, allow("allowlist", "svc.test:"+p, "127.0.0.0/8:"+p), map[string]any{"url": "http://svc.test:" + p + "/"})
+	if out.Success || status != wire.StatusError || out.Error == nil || out.Error.Code != wire.CodeBackendUnavailable {
+		t.Fatalf("%s %+v", status, out)
+	}
+	if !strings.Contains(out.Error.Message, "connection refused") {
+		t.Errorf("message %q does not say what failed", out.Error.Message)
+	}
+	for _, leak := range []string{"dial", "connect:", "->"} {
+		if strings.Contains(out.Error.Message, leak) {
+			t.Errorf("message %q carries the internal cause (%q)", out.Error.Message, leak)
+		}
+	}
+	if out.Error.Err == nil || out.Error.Op != "httpget: fetch" {
+		t.Errorf("cause not wrapped for the log: op %q err %v", out.Error.Op, out.Error.Err)
+	}
+	b, _ := json.Marshal(out)
+	if strings.Contains(string(b), "dial tcp") {
+		t.Errorf("the encoded output carries the cause: %s", b)
+	}
+
+	// A name the resolver cannot resolve: the resolver's text stays inside.
+	tool = New(Options{Resolver: newResolver()})
+	c, err := prepare(t, tool, map[string]any{"url": "http://nowhere.test:" + p + "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Enforce(context.Background(), allow("allowlist", "nowhere.test:"+p, "127.0.0.0/8:"+p))
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeBackendUnavailable || strings.Contains(we.Message, "no such host nowhere.test") || we.Err == nil {
+		t.Errorf("resolve failure: %+v", we)
+	}
+}

@@ -130,8 +130,8 @@ type Data struct {
 func (c *call) Run(ctx context.Context, _ wire.Scope) tools.Result {
 	start := time.Now()
 	fail := func(status string, we *wire.Error) tools.Result {
-		return tools.Result{Output: wire.ToolOutput{Error: we, Metadata: map[string]any{"backend": Backend, "duration_ms": time.Since(start).Milliseconds()}},
-			Status: status, Backend: Backend}
+		return tools.Timed(tools.Result{Output: wire.ToolOutput{Error: we, Metadata: map[string]any{"backend": Backend}},
+			Status: status, Backend: Backend}, time.Since(start).Milliseconds())
 	}
 	caller, ok := tools.CallerFrom(ctx)
 	if !ok || caller.PrincipalID == "" {
@@ -162,10 +162,10 @@ func (c *call) Run(ctx context.Context, _ wire.Scope) tools.Result {
 		return fail(wire.StatusError, wire.Errorf(wire.CodeInternal, "encoding the output: %v", err))
 	}
 	sum := sha256.Sum256(b)
-	return tools.Result{
-		Output:       wire.ToolOutput{Success: true, Data: data, Metadata: map[string]any{"backend": Backend, "duration_ms": time.Since(start).Milliseconds()}},
+	return tools.Timed(tools.Result{
+		Output:       wire.ToolOutput{Success: true, Data: data, Metadata: map[string]any{"backend": Backend}},
 		Status:       wire.StatusSucceeded,
 		OutputSHA256: hex.EncodeToString(sum[:]),
 		Backend:      Backend,
-	}
+	}, time.Since(start).Milliseconds())
 }
