@@ -304,20 +304,7 @@ func (r *Runner) await(ctx context.Context, spec sandbox.Spec, g *group, done ch
 // exitStatus sets res's exit code, or its signal, from how the process
 // ended.
 func exitStatus(res *sandbox.Result, exit exitInfo) {
-	ws, ok := exit.state.Sys().(syscall.WaitStatus)
-	switch {
-	case !ok:
-		res.ExitCode = exit.state.ExitCode()
-	case ws.Signaled():
-		res.ExitCode = -1
-		name := unix.SignalName(ws.Signal())
-		if name == "" {
-			name = fmt.Sprintf("signal %d", int(ws.Signal()))
-		}
-		res.Signal = &name
-	default:
-		res.ExitCode = ws.ExitStatus()
-	}
+	res.ExitCode, res.Signal = ExitStatus(exit.state)
 }
 
 // giveTree chowns dir and everything below it to c without following
