@@ -579,186 +579,226 @@ func setFromString(fv reflect.Value, raw string) error {
 
 // Validate checks every key and names the first one at fault.
 func (c *Config) Validate() error {
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...)))
+	var p problems
+	c.validateServer(&p)
+	c.validatePolicy(&p)
+	c.validateEvidence(&p)
+	c.validateSandbox(&p)
+	c.validateRuntime(&p)
+	c.validatePrincipals(&p)
+	errs := append(p.errs, c.validateAuth()...)
+	errs = append(errs, c.validateTLS()...)
+	return errors.Join(errs...)
+}
+
+// problems collects what Validate finds, each naming its key.
+type problems struct{ errs []error }
+
+func (p *problems) bad(key, format string, args ...any) {
+	p.errs = append(p.errs, fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...)))
+}
+
+func (p *problems) durationIn(key string, d Duration, lo, hi time.Duration) {
+	if d.Std() < lo || d.Std() > hi {
+		p.bad(key, "want %s..%s, got %s", lo, hi, d.Std())
 	}
+}
+
+// validateServer checks the listener, store, data directory, log level
+// and HTTP bounds.
+func (c *Config) validateServer(p *problems) {
 	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
-		bad("listen", "want host:port, got %q", c.Listen)
+		p.bad("listen", "want host:port, got %q", c.Listen)
 	} else if _, err := strconv.Atoi(port); err != nil {
-		bad("listen", "port %q is not a number", port)
+		p.bad("listen", "port %q is not a number", port)
 	}
 	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
-		bad("database_url", "want empty (embedded store) or a postgres:// URL")
+		p.bad("database_url", "want empty (embedded store) or a postgres:// URL")
 	}
 	if c.DataDir == "" {
-		bad("data_dir", "must not be empty")
+		p.bad("data_dir", "must not be empty")
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":
 	default:
-		bad("log_level", "want debug, info, warn or error, got %q", c.LogLevel)
+		p.bad("log_level", "want debug, info, warn or error, got %q", c.LogLevel)
 	}
 	if c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 64<<20 {
-		bad("max_body_bytes", "want 1024..67108864, got %d", c.MaxBodyBytes)
+		p.bad("max_body_bytes", "want 1024..67108864, got %d", c.MaxBodyBytes)
 	}
-	durationIn := func(key string, d Duration, lo, hi time.Duration) {
-		if d.Std() < lo || d.Std() > hi {
-			bad(key, "want %s..%s, got %s", lo, hi, d.Std())
-		}
-	}
-	durationIn("http.read_header_timeout", c.HTTP.ReadHeaderTimeout, 100*time.Millisecond, 10*time.Minute)
-	durationIn("http.read_timeout", c.HTTP.ReadTimeout, 100*time.Millisecond, time.Hour)
-	durationIn("http.write_timeout", c.HTTP.WriteTimeout, time.Second, 24*time.Hour)
-	durationIn("http.idle_timeout", c.HTTP.IdleTimeout, 100*time.Millisecond, 24*time.Hour)
+	p.durationIn("http.read_header_timeout", c.HTTP.ReadHeaderTimeout, 100*time.Millisecond, 10*time.Minute)
+	p.durationIn("http.read_timeout", c.HTTP.ReadTimeout, 100*time.Millisecond, time.Hour)
+	p.durationIn("http.write_timeout", c.HTTP.WriteTimeout, time.Second, 24*time.Hour)
+	p.durationIn("http.idle_timeout", c.HTTP.IdleTimeout, 100*time.Millisecond, 24*time.Hour)
 	if c.HTTP.ReadTimeout < c.HTTP.ReadHeaderTimeout {
-		bad("http.read_timeout", "must not be shorter than http.read_header_timeout (%s), got %s", c.HTTP.ReadHeaderTimeout.Std(), c.HTTP.ReadTimeout.Std())
+		p.bad("http.read_timeout", "must not be shorter than http.read_header_timeout (%s), got %s", c.HTTP.ReadHeaderTimeout.Std(), c.HTTP.ReadTimeout.Std())
 	}
 	if c.HTTP.MaxHeaderBytes < 4096 || c.HTTP.MaxHeaderBytes > 1<<20 {
-		bad("http.max_header_bytes", "want 4096..1048576, got %d", c.HTTP.MaxHeaderBytes)
+		p.bad("http.max_header_bytes", "want 4096..1048576, got %d", c.HTTP.MaxHeaderBytes)
 	}
+}
+
+// validatePolicy checks where the policy comes from and how it is trusted.
+func (c *Config) validatePolicy(p *problems) {
 	if c.Policy.Bundle == "" {
-		bad("policy.bundle", "must name a bundle directory")
+		p.bad("policy.bundle", "must name a bundle directory")
 	}
-	durationIn("policy.fetch_timeout", c.Policy.FetchTimeout, 100*time.Millisecond, 10*time.Minute)
+	p.durationIn("policy.fetch_timeout", c.Policy.FetchTimeout, 100*time.Millisecond, 10*time.Minute)
 	if c.Policy.PollInterval < 0 {
-		bad("policy.poll_interval", "must not be negative")
+		p.bad("policy.poll_interval", "must not be negative")
 	}
 	remote := strings.HasPrefix(c.Policy.Bundle, "http://") || strings.HasPrefix(c.Policy.Bundle, "https://")
 	if remote && c.Policy.PollInterval > 0 && c.Policy.PollInterval.Std() < time.Second {
-		bad("policy.poll_interval", "want at least 1s for a bundle service, got %s", c.Policy.PollInterval.Std())
+		p.bad("policy.poll_interval", "want at least 1s for a bundle service, got %s", c.Policy.PollInterval.Std())
 	}
 	if c.Policy.BearerTokenFile != "" {
 		if !remote {
-			bad("policy.bearer_token_file", "only applies to an http(s) policy.bundle")
+			p.bad("policy.bearer_token_file", "only applies to an http(s) policy.bundle")
 		} else if err := privateFile(c.Policy.BearerTokenFile); err != nil {
-			bad("policy.bearer_token_file", "%v", err)
+			p.bad("policy.bearer_token_file", "%v", err)
 		}
 	}
 	if c.Policy.KeyID != "" && c.Policy.VerificationKey == "" {
-		bad("policy.key_id", "set without policy.verification_key")
+		p.bad("policy.key_id", "set without policy.verification_key")
 	}
 	if c.Policy.VerificationKey != "" && c.Policy.Bundle == ShippedBundle {
-		bad("policy.verification_key", "the shipped policy is not signed; point policy.bundle at a signed bundle")
+		p.bad("policy.verification_key", "the shipped policy is not signed; point policy.bundle at a signed bundle")
 	}
+}
+
+// validateEvidence checks the evidence intervals and bounds, and that an
+// existing signing key is private.
+func (c *Config) validateEvidence(p *problems) {
 	if c.Evidence.CheckpointInterval < 0 {
-		bad("evidence.checkpoint_interval", "must not be negative")
+		p.bad("evidence.checkpoint_interval", "must not be negative")
 	}
 	if c.Evidence.Retention < 0 {
-		bad("evidence.retention", "must not be negative")
+		p.bad("evidence.retention", "must not be negative")
 	}
 	if c.Evidence.CommitTimeout < Duration(100*time.Millisecond) || c.Evidence.CommitTimeout > Duration(5*time.Minute) {
-		bad("evidence.commit_timeout", "want 100ms to 5m, got %s", time.Duration(c.Evidence.CommitTimeout))
+		p.bad("evidence.commit_timeout", "want 100ms to 5m, got %s", time.Duration(c.Evidence.CommitTimeout))
 	}
 	if c.Evidence.ResultsRetention < 0 || c.Evidence.ResultsRetention > Duration(400*24*time.Hour) {
-		bad("evidence.results_retention", "want 0 (keep none) to 400d, got %s", time.Duration(c.Evidence.ResultsRetention))
+		p.bad("evidence.results_retention", "want 0 (keep none) to 400d, got %s", time.Duration(c.Evidence.ResultsRetention))
 	}
 	if c.Evidence.ResultsMaxBytes < 1024 || c.Evidence.ResultsMaxBytes > 64<<20 {
-		bad("evidence.results_max_bytes", "want 1024..67108864, got %d", c.Evidence.ResultsMaxBytes)
-	}
-	switch c.Sandbox.Backend {
-	case "auto", "bwrap", "seatbelt", "process":
-	default:
-		bad("sandbox.backend", "want auto, bwrap, seatbelt or process, got %q", c.Sandbox.Backend)
-	}
-	if _, _, set, err := c.Sandbox.RunAsIDs(); err != nil {
-		bad("sandbox.run_as", "%v", err)
-	} else if set && c.Sandbox.Backend != "process" {
-		bad("sandbox.run_as", "only applies to sandbox.backend: process (bwrap and seatbelt choose the sandbox user themselves)")
-	}
-	if _, err := c.TrustedProxyNets(); err != nil {
-		errs = append(errs, fmt.Errorf("config: %w", err))
+		p.bad("evidence.results_max_bytes", "want 1024..67108864, got %d", c.Evidence.ResultsMaxBytes)
 	}
 	// A missing key file is reported by whoever reads it (serve, verify);
 	// one that exists must be private.
-	if p := c.Evidence.SigningKey; p != "" {
-		if err := privateFile(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			bad("evidence.signing_key", "%v", err)
+	if f := c.Evidence.SigningKey; f != "" {
+		if err := privateFile(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			p.bad("evidence.signing_key", "%v", err)
 		}
 	}
+}
+
+// validateSandbox checks the sandbox backend and its bounds, the trusted
+// proxies and the tools' binaries.
+func (c *Config) validateSandbox(p *problems) {
+	switch c.Sandbox.Backend {
+	case "auto", "bwrap", "seatbelt", "process":
+	default:
+		p.bad("sandbox.backend", "want auto, bwrap, seatbelt or process, got %q", c.Sandbox.Backend)
+	}
+	if _, _, set, err := c.Sandbox.RunAsIDs(); err != nil {
+		p.bad("sandbox.run_as", "%v", err)
+	} else if set && c.Sandbox.Backend != "process" {
+		p.bad("sandbox.run_as", "only applies to sandbox.backend: process (bwrap and seatbelt choose the sandbox user themselves)")
+	}
+	if _, err := c.TrustedProxyNets(); err != nil {
+		p.errs = append(p.errs, fmt.Errorf("config: %w", err))
+	}
 	if n := c.Sandbox.MaskMaxEntries; n < 0 || n > 10_000_000 {
-		bad("sandbox.mask_max_entries", "want 0 (the default, 200000) to 10000000, got %d", n)
+		p.bad("sandbox.mask_max_entries", "want 0 (the default, 200000) to 10000000, got %d", n)
 	}
 	if n := c.Sandbox.MaskMaxDirs; n < 0 || n > 1_000_000 {
-		bad("sandbox.mask_max_dirs", "want 0 (the default, 20000) to 1000000, got %d", n)
+		p.bad("sandbox.mask_max_dirs", "want 0 (the default, 20000) to 1000000, got %d", n)
 	}
 	if d := c.Tools.Deno; d != "" {
 		if fi, err := os.Stat(d); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-			bad("tools.deno", "want the path of an executable deno binary, got %q", d)
+			p.bad("tools.deno", "want the path of an executable deno binary, got %q", d)
 		}
 	}
+}
+
+// validateRuntime checks the Go runtime's tuning, the debug listener and
+// the MCP origins.
+func (c *Config) validateRuntime(p *problems) {
 	limit, err := c.Runtime.MemoryLimitBytes()
 	if err != nil {
-		bad("runtime.memory_limit", "%v", err)
+		p.bad("runtime.memory_limit", "%v", err)
 	}
 	switch {
 	case c.Runtime.GCPercent == -1 && limit == 0 && err == nil:
-		bad("runtime.gc_percent", "-1 (collections only at the memory limit) needs runtime.memory_limit")
+		p.bad("runtime.gc_percent", "-1 (collections only at the memory limit) needs runtime.memory_limit")
 	case c.Runtime.GCPercent < -1 || (c.Runtime.GCPercent >= 0 && c.Runtime.GCPercent < 25) || c.Runtime.GCPercent > 10000:
-		bad("runtime.gc_percent", "want 25 to 10000, or -1 with runtime.memory_limit, got %d", c.Runtime.GCPercent)
+		p.bad("runtime.gc_percent", "want 25 to 10000, or -1 with runtime.memory_limit, got %d", c.Runtime.GCPercent)
 	}
 	if c.Debug.Listen != "" {
 		if err := loopbackAddr(c.Debug.Listen); err != nil {
-			bad("debug.listen", "%v (the pprof listener has no authentication, so it must be loopback-only)", err)
+			p.bad("debug.listen", "%v (the pprof listener has no authentication, so it must be loopback-only)", err)
 		}
 	}
 	for i, o := range c.MCP.AllowedOrigins {
 		if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-			bad(fmt.Sprintf("mcp.allowed_origins[%d]", i), "want an origin like https://console.example.com[:port], got %q", o)
+			p.bad(fmt.Sprintf("mcp.allowed_origins[%d]", i), "want an origin like https://console.example.com[:port], got %q", o)
 		}
 	}
+}
+
+// validatePrincipals checks each principal (unique id, roles, reserved
+// attributes, one credential binding) and normalizes its key hash.
+func (c *Config) validatePrincipals(p *problems) {
 	ids := map[string]bool{}
 	keys := map[string]string{}
 	subjects := map[string]string{}
-	for i, p := range c.Principals {
+	for i, pr := range c.Principals {
 		key := fmt.Sprintf("principals[%d]", i)
-		if p.ID == "" {
-			bad(key+".id", "must not be empty")
-		} else if ids[p.ID] {
-			bad(key+".id", "duplicate principal %q", p.ID)
+		if pr.ID == "" {
+			p.bad(key+".id", "must not be empty")
+		} else if ids[pr.ID] {
+			p.bad(key+".id", "duplicate principal %q", pr.ID)
 		}
-		ids[p.ID] = true
-		if len(p.Roles) == 0 {
-			bad(key+".roles", "want at least one of agent, auditor, admin")
+		ids[pr.ID] = true
+		if len(pr.Roles) == 0 {
+			p.bad(key+".roles", "want at least one of agent, auditor, admin")
 		}
 		for _, a := range reservedAttributes {
-			if _, ok := p.Attributes[a]; ok {
-				bad(key+".attributes."+a, "reserved: the gateway sets it on every authenticated principal (docs/authentication.md)")
+			if _, ok := pr.Attributes[a]; ok {
+				p.bad(key+".attributes."+a, "reserved: the gateway sets it on every authenticated principal (docs/authentication.md)")
 			}
 		}
-		for j, r := range p.Roles {
+		for j, r := range pr.Roles {
 			if r != "agent" && r != "auditor" && r != "admin" {
-				bad(fmt.Sprintf("%s.roles[%d]", key, j), "want agent, auditor or admin, got %q", r)
+				p.bad(fmt.Sprintf("%s.roles[%d]", key, j), "want agent, auditor or admin, got %q", r)
 			}
 		}
-		if p.ClientCertSubject != "" {
-			m, err := identity.MatchKey(p.ClientCertSubject)
+		if pr.ClientCertSubject != "" {
+			m, err := identity.MatchKey(pr.ClientCertSubject)
 			switch {
 			case err != nil:
-				bad(key+".client_cert_subject", "%v", err)
+				p.bad(key+".client_cert_subject", "%v", err)
 			case c.TLS.ClientCAFile == "":
-				bad(key+".client_cert_subject", "needs tls.client_ca_file (client certificates are only requested with mTLS on)")
+				p.bad(key+".client_cert_subject", "needs tls.client_ca_file (client certificates are only requested with mTLS on)")
 			case subjects[m] != "":
-				bad(key+".client_cert_subject", "same certificate binding as principal %q", subjects[m])
+				p.bad(key+".client_cert_subject", "same certificate binding as principal %q", subjects[m])
 			default:
-				subjects[m] = p.ID
+				subjects[m] = pr.ID
 			}
-			if p.APIKeySHA256 == "" {
+			if pr.APIKeySHA256 == "" {
 				continue // certificate-only principal
 			}
 		}
-		h := strings.ToLower(p.APIKeySHA256)
+		h := strings.ToLower(pr.APIKeySHA256)
 		if b, err := hex.DecodeString(h); err != nil || len(b) != 32 {
-			bad(key+".api_key_sha256", "want the 64-hex-digit SHA-256 of the key (gateway keys hash KEY), or client_cert_subject for a certificate-only principal")
+			p.bad(key+".api_key_sha256", "want the 64-hex-digit SHA-256 of the key (gateway keys hash KEY), or client_cert_subject for a certificate-only principal")
 		} else if other, dup := keys[h]; dup {
-			bad(key+".api_key_sha256", "same key as principal %q", other)
+			p.bad(key+".api_key_sha256", "same key as principal %q", other)
 		}
-		keys[h] = p.ID
+		keys[h] = pr.ID
 		c.Principals[i].APIKeySHA256 = h
 	}
-	errs = append(errs, c.validateAuth()...)
-	errs = append(errs, c.validateTLS()...)
-	return errors.Join(errs...)
 }
 
 // reservedAttributes are the principal attributes the gateway sets itself
