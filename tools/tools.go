@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/portcullis/portcullis/backends/sandbox"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -132,4 +133,22 @@ func IsDryRun(ctx context.Context) bool {
 // Each spec's Name is the tool's own name, as Dispatch takes it.
 type ToolLister interface {
 	ListTools(ctx context.Context) ([]wire.FunctionSpec, error)
+}
+
+// GuardAutorun refuses a run after which the autorun guard moved aside
+// what the program planted (sandbox.AutorunRefusal): the call fails with
+// the guard's error, and its metadata says what was moved.
+func (r *Result) GuardAutorun(changes []sandbox.AutorunChange) {
+	we := sandbox.AutorunRefusal(changes)
+	if we == nil {
+		return
+	}
+	if r.Status == wire.StatusSucceeded {
+		r.Status = wire.StatusFailed
+	}
+	r.Output.Success, r.Output.Error = false, we
+	if r.Output.Metadata == nil {
+		r.Output.Metadata = map[string]any{}
+	}
+	r.Output.Metadata["autorun_guard"] = changes
 }

@@ -226,30 +226,11 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 		return failWith(wire.Wrap(wire.CodeBackendUnavailable, "coderun: deno", err, "the configured Deno binary %s is not usable", t.deno))
 	}
 
-	dir, err := os.MkdirTemp("", "portcullis-coderun-")
-	if err == nil {
-		dir, err = filepath.EvalSymlinks(dir)
-	}
-	if err != nil {
-		return failWith(wire.Wrap(wire.CodeBackendUnavailable, "coderun: run directory", err, "could not create the run directory"))
-	}
-	defer func() {
-		if err := os.RemoveAll(dir); err != nil {
-			t.log.WarnContext(ctx, "coderun: removing the run directory", "dir", dir, "error", err)
-		}
-	}()
-	if strings.ContainsAny(dir, ",\x00") {
-		return fail(wire.CodeBackendUnavailable, "the run directory %s contains a comma; set TMPDIR to a plain path", dir)
-	}
-	home, denoDir := filepath.Join(dir, "home"), filepath.Join(dir, "deno")
-	for _, d := range []string{home, denoDir} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return failWith(wire.Wrap(wire.CodeBackendUnavailable, "coderun: run directory", err, "could not create the run directory"))
-		}
-	}
 	disp, _ := tools.DispatcherFrom(ctx)
-	if err := writeRunDir(dir, c.in.language, c.in.code, tsdecl.StubsJS(c.stubs(ctx, disp))); err != nil {
-		return failWith(wire.Wrap(wire.CodeBackendUnavailable, "coderun: write program", err, "could not write the program"))
+	dir, cleanup, we := c.runDir(ctx, disp)
+	defer cleanup()
+	if we != nil {
+		return failWith(we)
 	}
 	reqPath, respPath := filepath.Join(dir, "bridge.req"), filepath.Join(dir, "bridge.resp")
 	// Nested calls end with the run: the runner stops Deno at the
@@ -265,30 +246,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	br.stop = cancel
 	br.serve(runCtx)
 
-	spec := sandbox.Spec{
-		Argv: c.argv(deno, dir, reqPath, respPath, scope),
-		Dir:  dir,
-		Env: []string{
-			"HOME=" + home, "DENO_DIR=" + denoDir, "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1",
-			"DENO_NO_PROMPT=1", "LANG=C.UTF-8", "PATH=/usr/bin:/bin",
-		},
-		Timeout:        time.Duration(scope.Limits.TimeoutS) * time.Second,
-		MaxOutputBytes: scope.Limits.MaxOutputBytes,
-		// Past the output cap Deno is killed and the call fails (seed
-		// 004), rather than its output being cut while it runs on.
-		StopAtOutputCap: true,
-		Limits:          scope.Limits,
-		Scope:           scope,
-		PrivateDirs:     []string{dir}, // home, Deno's cache, the program, the bridge fifos
-	}
-	spec.Limits.MemoryBytes = scope.Limits.MemoryBytes + DenoOverheadBytes
-	// The sandbox also needs Deno itself (read-only) and the run directory
-	// (the program, the bridge socket, Deno's cache). Deno's own
-	// permissions still give the code only the decision's grants.
-	spec.Scope.FSGrants = append(append([]wire.FSGrant{}, scope.FSGrants...),
-		wire.FSGrant{Path: filepath.Dir(deno), Mode: wire.ModeRead},
-		wire.FSGrant{Path: dir, Mode: wire.ModeReadWrite})
-	res, err := t.runner.Run(runCtx, spec)
+	res, err := t.runner.Run(runCtx, c.spec(deno, dir, reqPath, respPath, scope))
 	cancel()
 	br.close()
 	calls, result, resultTruncated, overBudget := br.snapshot()
@@ -337,6 +295,16 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	if res.Network != nil {
 		out.Output.Metadata["network"] = res.Network
 	}
+	c.judge(&out, res, scope, overBudget, outputCapped, resultTruncated)
+	t.log.DebugContext(ctx, "coderun: ran", "backend", backend, "status", out.Status, "exit_code", res.ExitCode, "tool_calls", calls.Count, "duration_ms", data.DurationMS)
+	return out
+}
+
+// judge sets the status and error of a run that started: stopped over the
+// tool-call budget, over the output cap or at the timeout, a result too
+// large, cancelled, succeeded or failed; then the autorun guard's refusal.
+func (c *call) judge(out *tools.Result, res sandbox.Result, scope wire.Scope, overBudget, outputCapped, resultTruncated bool) {
+	t := c.tool
 	switch {
 	case overBudget:
 		out.Status = wire.StatusFailed
@@ -362,16 +330,65 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	default:
 		out.Status = wire.StatusFailed
 	}
-	// The autorun guard moved aside what the run planted: refused.
-	if we := sandbox.AutorunRefusal(res.Autorun); we != nil {
-		if out.Status == wire.StatusSucceeded {
-			out.Status = wire.StatusFailed
-		}
-		out.Output.Success, out.Output.Error = false, we
-		out.Output.Metadata["autorun_guard"] = res.Autorun
+	out.GuardAutorun(res.Autorun)
+}
+
+// runDir makes the run's private directory (home, Deno's cache, the
+// program with its tool stubs); cleanup removes it.
+func (c *call) runDir(ctx context.Context, disp tools.Dispatcher) (dir string, cleanup func(), we *wire.Error) {
+	cleanup = func() {}
+	dir, err := os.MkdirTemp("", "portcullis-coderun-")
+	if err == nil {
+		dir, err = filepath.EvalSymlinks(dir)
 	}
-	t.log.DebugContext(ctx, "coderun: ran", "backend", backend, "status", out.Status, "exit_code", res.ExitCode, "tool_calls", calls.Count, "duration_ms", data.DurationMS)
-	return out
+	if err != nil {
+		return "", cleanup, wire.Wrap(wire.CodeBackendUnavailable, "coderun: run directory", err, "could not create the run directory")
+	}
+	cleanup = func() {
+		if err := os.RemoveAll(dir); err != nil {
+			c.tool.log.WarnContext(ctx, "coderun: removing the run directory", "dir", dir, "error", err)
+		}
+	}
+	if strings.ContainsAny(dir, ",\x00") {
+		return "", cleanup, wire.Errorf(wire.CodeBackendUnavailable, "the run directory %s contains a comma; set TMPDIR to a plain path", dir)
+	}
+	for _, d := range []string{filepath.Join(dir, "home"), filepath.Join(dir, "deno")} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return "", cleanup, wire.Wrap(wire.CodeBackendUnavailable, "coderun: run directory", err, "could not create the run directory")
+		}
+	}
+	if err := writeRunDir(dir, c.in.language, c.in.code, tsdecl.StubsJS(c.stubs(ctx, disp))); err != nil {
+		return "", cleanup, wire.Wrap(wire.CodeBackendUnavailable, "coderun: write program", err, "could not write the program")
+	}
+	return dir, cleanup, nil
+}
+
+// spec is what the runner runs: Deno on the program in dir, with the
+// decision's limits (its memory plus Deno's own overhead) and grants plus
+// what Deno needs (itself, read-only; the run directory). Deno's own
+// permissions still give the code only the decision's grants.
+func (c *call) spec(deno, dir, reqPath, respPath string, scope wire.Scope) sandbox.Spec {
+	spec := sandbox.Spec{
+		Argv: c.argv(deno, dir, reqPath, respPath, scope),
+		Dir:  dir,
+		Env: []string{
+			"HOME=" + filepath.Join(dir, "home"), "DENO_DIR=" + filepath.Join(dir, "deno"), "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1",
+			"DENO_NO_PROMPT=1", "LANG=C.UTF-8", "PATH=/usr/bin:/bin",
+		},
+		Timeout:        time.Duration(scope.Limits.TimeoutS) * time.Second,
+		MaxOutputBytes: scope.Limits.MaxOutputBytes,
+		// Past the output cap Deno is killed and the call fails (seed
+		// 004), rather than its output being cut while it runs on.
+		StopAtOutputCap: true,
+		Limits:          scope.Limits,
+		Scope:           scope,
+		PrivateDirs:     []string{dir}, // home, Deno's cache, the program, the bridge fifos
+	}
+	spec.Limits.MemoryBytes = scope.Limits.MemoryBytes + DenoOverheadBytes
+	spec.Scope.FSGrants = append(append([]wire.FSGrant{}, scope.FSGrants...),
+		wire.FSGrant{Path: filepath.Dir(deno), Mode: wire.ModeRead},
+		wire.FSGrant{Path: dir, Mode: wire.ModeReadWrite})
+	return spec
 }
 
 // stubs are the typed stubs for this run: the tools the principal may call

@@ -418,14 +418,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	default:
 		out.Status = wire.StatusFailed
 	}
-	// The autorun guard moved aside what the run planted: refused.
-	if we := sandbox.AutorunRefusal(res.Autorun); we != nil {
-		if out.Status == wire.StatusSucceeded {
-			out.Status = wire.StatusFailed
-		}
-		out.Output.Success, out.Output.Error = false, we
-		out.Output.Metadata["autorun_guard"] = res.Autorun
-	}
+	out.GuardAutorun(res.Autorun)
 	t.log.DebugContext(ctx, "exectool: ran", "argv0", c.in.argv0, "backend", backend, "status", out.Status, "exit_code", res.ExitCode, "duration_ms", data.DurationMS)
 	return out
 }
