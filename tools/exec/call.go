@@ -286,6 +286,53 @@ type Data struct {
 	DurationMS      int64   `json:"duration_ms"`
 }
 
+// recheck holds the real paths again at run time: Enforce checked them
+// against the grants, and a link swapped in since is refused.
+func (c *call) recheck(scope wire.Scope) *wire.Error {
+	if real, err := filepath.EvalSymlinks(c.in.argv0); err != nil || real != c.in.argv0 || !withinAny(real, scope.FSGrants) {
+		return wire.Errorf(wire.CodeSandboxViolation, "argv[0] %s changed after it was checked (a symlink was swapped in or it was removed)", c.in.argv0)
+	}
+	if c.in.cwd != "" {
+		if real, err := filepath.EvalSymlinks(c.in.cwd); err != nil || real != c.in.cwd || !withinAny(real, scope.FSGrants) {
+			return wire.Errorf(wire.CodeSandboxViolation, "cwd %s changed after it was checked (a symlink was swapped in or it was removed)", c.in.cwd)
+		}
+	}
+	if err := c.recheckPaths(scope.Exec); err != nil {
+		var we *wire.Error
+		errors.As(err, &we)
+		return wire.Errorf(we.Code, "%s", we.Message)
+	}
+	return nil
+}
+
+// spec is what the runner runs: the program with exactly the scope's
+// environment (its names are authoritative: nothing beyond them reaches
+// the child), a private HOME, the scope's limits and exec restriction.
+func (c *call) spec(scope wire.Scope, home string) sandbox.Spec {
+	env := make([]string, 0, len(scope.EnvNames))
+	for _, name := range scope.EnvNames {
+		if name == "HOME" {
+			env = append(env, "HOME="+home)
+		} else if v, ok := c.env[name]; ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	spec := sandbox.Spec{
+		Argv:           c.runArgv(scope.Exec, home),
+		Dir:            c.in.cwd,
+		Env:            env,
+		Timeout:        time.Duration(scope.Limits.TimeoutS) * time.Second,
+		MaxOutputBytes: scope.Limits.MaxOutputBytes,
+		Limits:         scope.Limits,
+		Scope:          scope,
+		PrivateDirs:    []string{home},
+	}
+	if scope.Exec != nil && scope.Exec.ExecRestrict {
+		spec.ExecAllow = append([]string{}, scope.Exec.ExecAllow...) // never nil: nil is no restriction
+	}
+	return spec
+}
+
 // Run executes the call within scope. HOME is a fresh private directory per
 // call, removed afterwards, so programs that write dotfiles neither see nor
 // leave the gateway user's. Outcomes:
@@ -319,21 +366,8 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	if scope.Limits.TimeoutS <= 0 || scope.Limits.MaxOutputBytes <= 0 {
 		return fail(wire.CodeInternal, "the enforced scope has no timeout or output cap")
 	}
-	// The real paths were checked against the grants at Enforce; refuse if
-	// a link was swapped in since.
-	if real, err := filepath.EvalSymlinks(c.in.argv0); err != nil || real != c.in.argv0 || !withinAny(real, scope.FSGrants) {
-		return fail(wire.CodeSandboxViolation, "argv[0] %s changed after it was checked (a symlink was swapped in or it was removed)", c.in.argv0)
-	}
-	if c.in.cwd != "" {
-		if real, err := filepath.EvalSymlinks(c.in.cwd); err != nil || real != c.in.cwd || !withinAny(real, scope.FSGrants) {
-			return fail(wire.CodeSandboxViolation, "cwd %s changed after it was checked (a symlink was swapped in or it was removed)", c.in.cwd)
-		}
-	}
-
-	if err := c.recheckPaths(scope.Exec); err != nil {
-		var we *wire.Error
-		errors.As(err, &we)
-		return fail(we.Code, "%s", we.Message)
+	if we := c.recheck(scope); we != nil {
+		return failWith(we)
 	}
 
 	home, err := os.MkdirTemp("", "portcullis-home-")
@@ -346,30 +380,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 		}
 	}()
 
-	// The scope's env names are authoritative: nothing beyond them reaches
-	// the child.
-	env := make([]string, 0, len(scope.EnvNames))
-	for _, name := range scope.EnvNames {
-		if name == "HOME" {
-			env = append(env, "HOME="+home)
-		} else if v, ok := c.env[name]; ok {
-			env = append(env, name+"="+v)
-		}
-	}
-	spec := sandbox.Spec{
-		Argv:           c.runArgv(scope.Exec, home),
-		Dir:            c.in.cwd,
-		Env:            env,
-		Timeout:        time.Duration(scope.Limits.TimeoutS) * time.Second,
-		MaxOutputBytes: scope.Limits.MaxOutputBytes,
-		Limits:         scope.Limits,
-		Scope:          scope,
-		PrivateDirs:    []string{home},
-	}
-	if scope.Exec != nil && scope.Exec.ExecRestrict {
-		spec.ExecAllow = append([]string{}, scope.Exec.ExecAllow...) // never nil: nil is no restriction
-	}
-	res, err := t.runner.Run(ctx, spec)
+	res, err := t.runner.Run(ctx, c.spec(scope, home))
 	if err != nil {
 		t.log.ErrorContext(ctx, "exectool: runner could not start the program", "argv0", c.in.argv0, "backend", backend, "error", err)
 		return failWith(tools.RunnerFailure(err, backend, c.in.argv0))
