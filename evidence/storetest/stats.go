@@ -16,6 +16,29 @@ import (
 // counts once under each of its distinct rule ids, top cuts by_rule to the
 // most frequent ids with the rest under wire.StatsOtherRules, and
 // decisions not checkpointed yet are in no count.
+// sumBuckets adds up every bucket of st.
+func sumBuckets(st wire.EvidenceStats) wire.StatsBucket {
+	out := wire.StatsBucket{ByToolDecision: map[string]map[string]int64{}, ByRule: map[string]int64{}, ByTool: map[string]int64{}}
+	for _, b := range st.Buckets {
+		out.Total += b.Total
+		for tool, m := range b.ByToolDecision {
+			if out.ByToolDecision[tool] == nil {
+				out.ByToolDecision[tool] = map[string]int64{}
+			}
+			for dec, n := range m {
+				out.ByToolDecision[tool][dec] += n
+			}
+		}
+		for tool, n := range b.ByTool {
+			out.ByTool[tool] += n
+		}
+		for r, n := range b.ByRule {
+			out.ByRule[r] += n
+		}
+	}
+	return out
+}
+
 func testStatsToolDecisionRules(t *testing.T, s evidence.Store) {
 	ctx := ctxFor(t)
 	l := ledger(t, s)
@@ -62,27 +85,6 @@ func testStatsToolDecisionRules(t *testing.T, s evidence.Store) {
 
 	a := evidence.NewAuditor(l, k.verifier)
 	q := evidence.StatsQuery{Since: now.Add(-48 * time.Hour), Until: now.Add(time.Hour), Interval: "day"}
-	sum := func(st wire.EvidenceStats) wire.StatsBucket {
-		out := wire.StatsBucket{ByToolDecision: map[string]map[string]int64{}, ByRule: map[string]int64{}, ByTool: map[string]int64{}}
-		for _, b := range st.Buckets {
-			out.Total += b.Total
-			for tool, m := range b.ByToolDecision {
-				if out.ByToolDecision[tool] == nil {
-					out.ByToolDecision[tool] = map[string]int64{}
-				}
-				for dec, n := range m {
-					out.ByToolDecision[tool][dec] += n
-				}
-			}
-			for tool, n := range b.ByTool {
-				out.ByTool[tool] += n
-			}
-			for r, n := range b.ByRule {
-				out.ByRule[r] += n
-			}
-		}
-		return out
-	}
 	st, err := a.Stats(ctx, q)
 	if err != nil {
 		t.Fatalf("Stats: %v", err)
@@ -90,7 +92,7 @@ func testStatsToolDecisionRules(t *testing.T, s evidence.Store) {
 	if st.Top != evidence.DefaultStatsTop {
 		t.Errorf("Stats top = %d, want the default %d", st.Top, evidence.DefaultStatsTop)
 	}
-	got := sum(st)
+	got := sumBuckets(st)
 	wantTD := map[string]map[string]int64{
 		"Exec":  {wire.DecisionAllow: 3, wire.DecisionDeny: 1},
 		"Read":  {wire.DecisionAllow: 1, wire.DecisionDeny: 2},
@@ -144,7 +146,7 @@ func testStatsToolDecisionRules(t *testing.T, s evidence.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := sum(st); !cmp.Equal(wantTD, got.ByToolDecision) || !cmp.Equal(wantRules, got.ByRule) {
+	if got := sumBuckets(st); !cmp.Equal(wantTD, got.ByToolDecision) || !cmp.Equal(wantRules, got.ByRule) {
 		t.Errorf("hour buckets = %+v %+v", got.ByToolDecision, got.ByRule)
 	}
 }
