@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/portcullis/portcullis/backends/egress"
 	"github.com/portcullis/portcullis/tools/internal/strictjson"
 )
 
@@ -158,7 +159,7 @@ func parseTarget(s, field string) (target, error) {
 		t.host = t.ip.String()
 	} else {
 		t.host = strings.TrimSuffix(strings.ToLower(host), ".")
-		if !validName(t.host) {
+		if !egress.ValidName(t.host) {
 			return target{}, strictjson.Invalid(field, "%s has host %q, which is not a valid DNS name or IP address", field, host)
 		}
 	}
@@ -170,26 +171,6 @@ func parseTarget(s, field string) (target, error) {
 
 // hostPort is host:port as the allowlist and evidence name it.
 func (t target) hostPort() string { return net.JoinHostPort(t.host, strconv.Itoa(t.port)) }
-
-// validName accepts LDH labels (and '_'), the same names the egress
-// allowlist accepts, so nothing odd reaches a resolver.
-func validName(h string) bool {
-	if h == "" || len(h) > 253 {
-		return false
-	}
-	for _, label := range strings.Split(h, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				return false
-			}
-		}
-	}
-	return true
-}
 
 func contains(list []string, s string) bool {
 	for _, x := range list {
