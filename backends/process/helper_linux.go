@@ -52,7 +52,7 @@ const (
 	helperVersion = "v4"
 	helperSep     = "--"
 	statusFD      = 3
-	statusReady   = "ready\n"
+	statusReady   = HelperReady
 	// nLimits is the number of limits, which follow the exec arguments.
 	nLimits = 4
 	// maxProcs is the most procs arguments (v1: pids and memory).
@@ -83,39 +83,9 @@ var limitResources = [nLimits]struct {
 }
 
 // rlimitArg is one limit as the helper receives it.
-type rlimitArg struct {
-	set       bool
-	soft, max uint64
-}
+type rlimitArg = RlimitArg
 
-func (a rlimitArg) String() string {
-	if !a.set {
-		return "-"
-	}
-	return strconv.FormatUint(a.soft, 10) + ":" + strconv.FormatUint(a.max, 10)
-}
-
-func parseRlimitArg(s string) (rlimitArg, error) {
-	if s == "-" {
-		return rlimitArg{}, nil
-	}
-	softS, maxS, ok := strings.Cut(s, ":")
-	if !ok {
-		return rlimitArg{}, fmt.Errorf("limit %q: want \"-\" or SOFT:HARD", s)
-	}
-	soft, err := strconv.ParseUint(softS, 10, 64)
-	if err != nil {
-		return rlimitArg{}, fmt.Errorf("limit %q: soft value: %w", s, err)
-	}
-	hard, err := strconv.ParseUint(maxS, 10, 64)
-	if err != nil {
-		return rlimitArg{}, fmt.Errorf("limit %q: hard value: %w", s, err)
-	}
-	if soft > hard {
-		return rlimitArg{}, fmt.Errorf("limit %q: soft above hard", s)
-	}
-	return rlimitArg{set: true, soft: soft, max: hard}, nil
-}
+func parseRlimitArg(s string) (rlimitArg, error) { return ParseRlimitArg(s) }
 
 // userArg renders the helper's user argument.
 func userArg(c *Credential) string {
@@ -335,11 +305,11 @@ func parseHelperArgs(args []string) (helperPlan, error) {
 // report a failure: RLIMIT_DATA may already be in place.
 func setLimits(limits [nLimits]rlimitArg) error {
 	for i, l := range limits {
-		if !l.set {
+		if !l.Set {
 			continue
 		}
 		r := limitResources[i]
-		want := unix.Rlimit{Cur: l.soft, Max: l.max}
+		want := unix.Rlimit{Cur: l.Soft, Max: l.Hard}
 		if err := unix.Setrlimit(r.res, &want); err != nil {
 			return fmt.Errorf("setrlimit %s to %s: %v", r.name, l, err)
 		}

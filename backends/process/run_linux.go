@@ -132,8 +132,8 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 		return sandbox.Result{}, fmt.Errorf("process: waiting for %s: %w", spec.Argv[0], exit.err)
 	}
 	exitStatus(&res, exit)
-	res.Stdout, res.StdoutTruncated = stdout.text()
-	res.Stderr, res.StderrTruncated = stderr.text()
+	res.Stdout, res.StdoutTruncated = stdout.Text()
+	res.Stderr, res.StderrTruncated = stderr.Text()
 	return res, nil
 }
 
@@ -253,9 +253,9 @@ func (r *Runner) command(spec sandbox.Spec, l Launch, target, procs []string, us
 // await collects the started group's output until it exits, times out,
 // is cancelled or (StopAtOutputCap) says more than it may, stopping it in
 // the last three cases; then it waits a grace period for the pipes.
-func (r *Runner) await(ctx context.Context, spec sandbox.Spec, g *group, done chan exitInfo, pipes *pipeSet, outR, errR *os.File) (sandbox.Result, exitInfo, *capBuffer, *capBuffer) {
+func (r *Runner) await(ctx context.Context, spec sandbox.Spec, g *group, done chan exitInfo, pipes *pipeSet, outR, errR *os.File) (sandbox.Result, exitInfo, *OutputBuffer, *OutputBuffer) {
 	startedAt := g.startedAt
-	stdout, stderr := newCapBuffer(spec.MaxOutputBytes), newCapBuffer(spec.MaxOutputBytes)
+	stdout, stderr := NewOutputBuffer(spec.MaxOutputBytes), NewOutputBuffer(spec.MaxOutputBytes)
 	var capped chan struct{} // nil (never ready) unless StopAtOutputCap
 	if spec.StopAtOutputCap {
 		capped = make(chan struct{})
@@ -384,7 +384,7 @@ func (r *Runner) rlimits(l wire.Limits, rlimitData bool) ([nLimits]rlimitArg, er
 				soft = min(soft, hard)
 			}
 		}
-		out[i] = rlimitArg{set: true, soft: soft, max: hard}
+		out[i] = rlimitArg{Set: true, Soft: soft, Hard: hard}
 	}
 	return out, nil
 }
@@ -593,7 +593,7 @@ func (g *group) kill(done <-chan exitInfo) exitInfo {
 }
 
 // drain copies r into buf until EOF or until r is closed.
-func drain(r io.Reader, buf *capBuffer) {
+func drain(r io.Reader, buf *OutputBuffer) {
 	p := make([]byte, 32<<10)
 	for {
 		n, err := r.Read(p)
@@ -609,19 +609,7 @@ func drain(r io.Reader, buf *capBuffer) {
 // readStatus returns the helper's refusal, or "" when it set the limits and
 // exec'd the target.
 func readStatus(f *os.File) string {
-	_ = f.SetReadDeadline(time.Now().Add(statusReadTimeout))
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return "reading helper status: " + err.Error()
-	}
-	switch s := string(b); {
-	case s == statusReady:
-		return ""
-	case s == "":
-		return "the helper exited without reporting (does the helper binary call MaybeRunHelper?)"
-	default:
-		return strings.TrimSpace(strings.TrimPrefix(s, statusReady))
-	}
+	return ReadHelperStatus(f, "the helper exited without reporting (does the helper binary call MaybeRunHelper?)")
 }
 
 // pipeSet owns the pipe ends of one run and closes each exactly once.
@@ -682,8 +670,8 @@ func Rlimits(l wire.Limits, rlimitData bool) ([]Rlimit, error) {
 	}
 	var out []Rlimit
 	for i, a := range args {
-		if a.set {
-			out = append(out, Rlimit{Resource: limitResources[i].res, Name: limitResources[i].name, Cur: a.soft, Max: a.max})
+		if a.Set {
+			out = append(out, Rlimit{Resource: limitResources[i].res, Name: limitResources[i].name, Cur: a.Soft, Max: a.Hard})
 		}
 	}
 	return out, nil

@@ -26,9 +26,8 @@ import (
 
 // How a run is stopped; the same as the process runner's.
 const (
-	termGrace         = process.TermGrace
-	drainGrace        = 500 * time.Millisecond
-	statusReadTimeout = time.Second
+	termGrace  = process.TermGrace
+	drainGrace = 500 * time.Millisecond
 )
 
 // execer starts a launcher argv (sandbox-exec and the program) through the
@@ -103,7 +102,7 @@ func (x *execer) run(ctx context.Context, spec sandbox.Spec, argv []string) (san
 	}
 	files = []*os.File{outR, errR, statR}
 
-	stdout, stderr := newCapture(spec.MaxOutputBytes), newCapture(spec.MaxOutputBytes)
+	stdout, stderr := process.NewOutputBuffer(spec.MaxOutputBytes), process.NewOutputBuffer(spec.MaxOutputBytes)
 	var drained sync.WaitGroup
 	drained.Go(func() { _, _ = io.Copy(stdout, outR) })
 	drained.Go(func() { _, _ = io.Copy(stderr, errR) })
@@ -147,8 +146,8 @@ func (x *execer) run(ctx context.Context, spec sandbox.Spec, argv []string) (san
 		return sandbox.Result{}, fmt.Errorf("seatbelt: waiting for %s: %w", argv[0], waitErr)
 	}
 	res.ExitCode, res.Signal = process.ExitStatus(cmd.ProcessState)
-	res.Stdout, res.StdoutTruncated = stdout.text()
-	res.Stderr, res.StderrTruncated = stderr.text()
+	res.Stdout, res.StdoutTruncated = stdout.Text()
+	res.Stderr, res.StderrTruncated = stderr.Text()
 	return res, nil
 }
 
@@ -236,52 +235,13 @@ func limitArgs(l wire.Limits) ([nLimits]limit, error) {
 			hard = min(hard, cur.Max)
 			soft = min(soft, hard)
 		}
-		out[i] = limit{set: true, soft: soft, hard: hard}
+		out[i] = limit{Set: true, Soft: soft, Hard: hard}
 	}
 	return out, nil
 }
 
-// readStatus returns the helper's refusal, or "" when it set the limits
-// and exec'd.
+// readStatus returns the helper's refusal, or "" when it set the limits and
+// exec'd the target.
 func readStatus(f *os.File) string {
-	_ = f.SetReadDeadline(time.Now().Add(statusReadTimeout))
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return "reading helper status: " + err.Error()
-	}
-	switch s := string(b); {
-	case s == statusReady:
-		return ""
-	case s == "":
-		return "the helper exited without reporting (does the gateway's main call seatbelt.MaybeRunHelper?)"
-	default:
-		return strings.TrimSpace(strings.TrimPrefix(s, statusReady))
-	}
-}
-
-// capture keeps the first max bytes of a stream and counts the rest, so
-// the pipe never fills and blocks the program.
-type capture struct {
-	mu    sync.Mutex
-	buf   []byte
-	max   int
-	total int64
-}
-
-func newCapture(max int) *capture { return &capture{max: max} }
-
-func (c *capture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.total += int64(len(p))
-	if room := c.max - len(c.buf); room > 0 {
-		c.buf = append(c.buf, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (c *capture) text() (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return process.Text(c.buf, c.max, c.total > int64(len(c.buf)))
+	return process.ReadHelperStatus(f, "the helper exited without reporting (does the gateway's main call seatbelt.MaybeRunHelper?)")
 }
