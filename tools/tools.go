@@ -12,6 +12,7 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 
 	"github.com/portcullis/portcullis/backends/sandbox"
 	"github.com/portcullis/portcullis/wire"
@@ -151,4 +152,17 @@ func (r *Result) GuardAutorun(changes []sandbox.AutorunChange) {
 		r.Output.Metadata = map[string]any{}
 	}
 	r.Output.Metadata["autorun_guard"] = changes
+}
+
+// DenyPaths keeps the absolute paths of a policy's deny list, cleaned: the
+// sandbox hides them even inside the grants. A relative entry names
+// nothing and is dropped.
+func DenyPaths(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if filepath.IsAbs(p) {
+			out = append(out, filepath.Clean(p))
+		}
+	}
+	return out
 }

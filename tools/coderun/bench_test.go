@@ -7,32 +7,14 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
-	"slices"
 	"testing"
-	"time"
 
 	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/backends/bwrap"
 	"github.com/portcullis/portcullis/backends/process"
+	"github.com/portcullis/portcullis/internal/testutil"
 	"github.com/portcullis/portcullis/wire"
 )
-
-// medianMS runs fn b.N times and reports the median (the house pattern of
-// gateway/bench_exec_test.go: on a shared machine the mean is noise).
-func medianMS(b *testing.B, fn func() error) {
-	b.Helper()
-	d := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		if err := fn(); err != nil {
-			b.Fatal(err)
-		}
-		d = append(d, time.Since(t0))
-	}
-	slices.Sort(d)
-	b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, "median-ms")
-}
 
 // BenchmarkCodeRunTrivial is one code.run of a one-line script through
 // the tool (prepare, enforce, run directory, bridge, runner, Deno), on the
@@ -54,7 +36,7 @@ func BenchmarkCodeRunTrivial(b *testing.B) {
 			tool := New(Options{Runner: r, Deno: deno})
 			d := wire.Decision{Allow: true, Network: wire.Network{Posture: wire.PostureOff}}
 			in := json.RawMessage(`{"code":"export const result = 1 + 1;"}`)
-			medianMS(b, func() error {
+			testutil.MedianMS(b, func() error {
 				c, err := tool.Prepare(context.Background(), in)
 				if err != nil {
 					return err
@@ -83,7 +65,7 @@ func BenchmarkDenoBare(b *testing.B) {
 		b.Fatal(err)
 	}
 	env := []string{"HOME=" + dir, "DENO_DIR=" + filepath.Join(dir, "deno"), "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1", "PATH=/usr/bin:/bin"}
-	medianMS(b, func() error {
+	testutil.MedianMS(b, func() error {
 		cmd := osexec.Command(deno, "run", "--quiet", "--no-prompt", "--no-config", "--no-lock", empty)
 		cmd.Env = env
 		if out, err := cmd.CombinedOutput(); err != nil {

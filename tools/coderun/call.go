@@ -114,21 +114,11 @@ func (c *call) Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error)
 		EnvNames: []string{},
 		Limits:   l,
 		Backend:  c.tool.runner.Name(),
-		FSDeny:   cleanAbs(d.FSDeny),
+		FSDeny:   tools.DenyPaths(d.FSDeny),
 		// How the sandbox's memory bound (heap cap + DenoOverheadBytes) is
 		// enforced, decided here so that evidence records it.
 		MemoryLimit: backends.MemoryLimitOf(c.tool.runner),
 	}, nil
-}
-
-func cleanAbs(paths []string) []string {
-	var out []string
-	for _, p := range paths {
-		if filepath.IsAbs(p) {
-			out = append(out, filepath.Clean(p))
-		}
-	}
-	return out
 }
 
 // denoNetEntries turns allowlist entries into Deno --allow-net hosts.

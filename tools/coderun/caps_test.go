@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -37,57 +38,52 @@ func denoAlive(t *testing.T, marker string) []string {
 // fails with too_large naming the limit, and the counters say what
 // happened (seed 004; issue #20).
 func TestCapsStopTheRun(t *testing.T) {
-	t.Parallel()
-	deno := denoPath(t)
-	for name, r := range runners(t) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			for _, tc := range []struct {
-				name, code  string
-				field       string
-				count, left int // tool calls made, and at least this many refused
-			}{
-				{name: "stdout", field: "max_output_bytes", code: `for (;;) console.log("x".repeat(100));`},
-				{name: "stderr", field: "max_output_bytes", code: `for (;;) console.error("x".repeat(100));`},
-				{name: "one big write", field: "max_output_bytes", code: `console.log("x".repeat(5000)); for (;;) {}`},
-				{name: "tool-call budget", field: "tool_calls", count: 3, left: 1, code: `
+	eachRunner(t, func(t *testing.T, r backends.Runner, deno string) {
+		for _, tc := range []struct {
+			name, code  string
+			field       string
+			count, left int // tool calls made, and at least this many refused
+		}{
+			{name: "stdout", field: "max_output_bytes", code: `for (;;) console.log("x".repeat(100));`},
+			{name: "stderr", field: "max_output_bytes", code: `for (;;) console.error("x".repeat(100));`},
+			{name: "one big write", field: "max_output_bytes", code: `console.log("x".repeat(5000)); for (;;) {}`},
+			{name: "tool-call budget", field: "tool_calls", count: 3, left: 1, code: `
 for (let i = 0; i < 10; i++) await tools.call("fs.read", {n: i});
 console.log("AFTER THE BUDGET");
 for (;;) {}`},
-			} {
-				t.Run(tc.name, func(t *testing.T) {
-					t.Parallel()
-					e := newEnv(t)
-					marker := filepath.Join(e.work, "rundir")
-					code := `Deno.writeTextFileSync(` + "`" + marker + "`" + `, import.meta.url);` + "\n" + tc.code
-					disp := &fakeDispatcher{}
-					tool := New(Options{Runner: r, Deno: deno, MaxToolCalls: 3})
-					start := time.Now()
-					res, data := exec(t, tool, e.decision(), disp, map[string]any{"code": code, "timeout_s": 60, "max_output_bytes": 1024})
-					took := time.Since(start)
-					we := res.Output.Error
-					if res.Output.Success || we == nil || we.Code != wire.CodeTooLarge || we.Details["field"] != tc.field || res.Status != wire.StatusFailed {
-						t.Fatalf("status %s error %+v\n%s", res.Status, we, data.Stderr)
-					}
-					if took > 20*time.Second {
-						t.Errorf("took %s: the run was not stopped at the cap", took)
-					}
-					if alive := denoAlive(t, marker); len(alive) > 0 {
-						t.Errorf("Deno still running after the call returned: %v", alive)
-					}
-					if len(data.Output) > 1024 || len(data.Stderr) > 1024 || strings.Contains(data.Output, "AFTER") {
-						t.Errorf("output %d bytes, stderr %d bytes: %.80q", len(data.Output), len(data.Stderr), data.Output)
-					}
-					if data.ToolCalls.Count != tc.count || data.ToolCalls.Refused < tc.left || len(disp.calls) != tc.count {
-						t.Errorf("tool_calls %+v, dispatched %d", data.ToolCalls, len(disp.calls))
-					}
-					if string(data.Result) != "null" {
-						t.Errorf("result %s", data.Result)
-					}
-				})
-			}
-		})
-	}
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t)
+				marker := filepath.Join(e.work, "rundir")
+				code := `Deno.writeTextFileSync(` + "`" + marker + "`" + `, import.meta.url);` + "\n" + tc.code
+				disp := &fakeDispatcher{}
+				tool := New(Options{Runner: r, Deno: deno, MaxToolCalls: 3})
+				start := time.Now()
+				res, data := exec(t, tool, e.decision(), disp, map[string]any{"code": code, "timeout_s": 60, "max_output_bytes": 1024})
+				took := time.Since(start)
+				we := res.Output.Error
+				if res.Output.Success || we == nil || we.Code != wire.CodeTooLarge || we.Details["field"] != tc.field || res.Status != wire.StatusFailed {
+					t.Fatalf("status %s error %+v\n%s", res.Status, we, data.Stderr)
+				}
+				if took > 20*time.Second {
+					t.Errorf("took %s: the run was not stopped at the cap", took)
+				}
+				if alive := denoAlive(t, marker); len(alive) > 0 {
+					t.Errorf("Deno still running after the call returned: %v", alive)
+				}
+				if len(data.Output) > 1024 || len(data.Stderr) > 1024 || strings.Contains(data.Output, "AFTER") {
+					t.Errorf("output %d bytes, stderr %d bytes: %.80q", len(data.Output), len(data.Stderr), data.Output)
+				}
+				if data.ToolCalls.Count != tc.count || data.ToolCalls.Refused < tc.left || len(disp.calls) != tc.count {
+					t.Errorf("tool_calls %+v, dispatched %d", data.ToolCalls, len(disp.calls))
+				}
+				if string(data.Result) != "null" {
+					t.Errorf("result %s", data.Result)
+				}
+			})
+		}
+	})
 }
 
 // TestResultOverTheCapFails: an exported result larger than

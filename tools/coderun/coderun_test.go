@@ -70,6 +70,20 @@ func runners(t *testing.T) map[string]backends.Runner {
 	return out
 }
 
+// eachRunner runs f, in parallel, as a subtest on every runner code.run is
+// tested on (runners), with the Deno binary (denoPath).
+func eachRunner(t *testing.T, f func(t *testing.T, r backends.Runner, deno string)) {
+	t.Helper()
+	t.Parallel()
+	deno := denoPath(t)
+	for name, r := range runners(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f(t, r, deno)
+		})
+	}
+}
+
 // fakeDispatcher answers nested calls: fs.read of "ok" succeeds, anything
 // named "Denied" is refused as the policy would.
 type fakeDispatcher struct {
@@ -236,53 +250,43 @@ func TestConfinement(t *testing.T) {
 // (allowed or denied) come back to the code, receipts are listed, and
 // denied calls are counted. The budget is TestCapsStopTheRun's.
 func TestBridge(t *testing.T) {
-	t.Parallel()
-	deno := denoPath(t)
-	for name, r := range runners(t) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t)
-			disp := &fakeDispatcher{}
-			tool := New(Options{Runner: r, Deno: deno, MaxToolCalls: 4})
-			res, data := exec(t, tool, e.decision(), disp, map[string]any{"code": `
+	eachRunner(t, func(t *testing.T, r backends.Runner, deno string) {
+		e := newEnv(t)
+		disp := &fakeDispatcher{}
+		tool := New(Options{Runner: r, Deno: deno, MaxToolCalls: 4})
+		res, data := exec(t, tool, e.decision(), disp, map[string]any{"code": `
 const a = await tools.call("fs.read", {path: "/x"});
 const d = await tools.call("Denied", {});
 const [b, c] = await Promise.all([tools.call("fs.read", {n: 2}), tools.call("fs.read", {n: 3})]);
 console.log(a.success, a.receipt_id, a.data.echo.path, d.success, d.error.code, d.status);
 export const result = {ok: [b, c].filter(x => x.success).length};`})
-			if !res.Output.Success {
-				t.Fatalf("%+v\n%s\n%s", res.Output, data.Output, data.Stderr)
-			}
-			if got := strings.TrimSpace(data.Output); got != "true rcpt-a /x false permission_denied 403" {
-				t.Errorf("output %q", got)
-			}
-			if string(data.Result) != `{"ok":2}` {
-				t.Errorf("result %s", data.Result)
-			}
-			if data.ToolCalls.Count != 4 || data.ToolCalls.Denied != 1 || data.ToolCalls.Refused != 0 || len(data.ToolCalls.ReceiptIDs) != 4 || len(disp.calls) != 4 {
-				t.Errorf("tool_calls %+v, dispatched %v", data.ToolCalls, disp.calls)
-			}
-		})
-	}
+		if !res.Output.Success {
+			t.Fatalf("%+v\n%s\n%s", res.Output, data.Output, data.Stderr)
+		}
+		if got := strings.TrimSpace(data.Output); got != "true rcpt-a /x false permission_denied 403" {
+			t.Errorf("output %q", got)
+		}
+		if string(data.Result) != `{"ok":2}` {
+			t.Errorf("result %s", data.Result)
+		}
+		if data.ToolCalls.Count != 4 || data.ToolCalls.Denied != 1 || data.ToolCalls.Refused != 0 || len(data.ToolCalls.ReceiptIDs) != 4 || len(disp.calls) != 4 {
+			t.Errorf("tool_calls %+v, dispatched %v", data.ToolCalls, disp.calls)
+		}
+	})
 }
 
 func TestTimeoutKillsIt(t *testing.T) {
-	t.Parallel()
-	deno := denoPath(t)
-	for name, r := range runners(t) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t)
-			start := time.Now()
-			res, data := exec(t, New(Options{Runner: r, Deno: deno}), e.decision(), nil, map[string]any{"code": "console.log('spin'); while (true) {}", "timeout_s": 1})
-			if res.Status != wire.StatusTimedOut || res.Output.Error == nil || res.Output.Error.Code != wire.CodeTimeout || !data.TimedOut {
-				t.Fatalf("status %s error %+v", res.Status, res.Output.Error)
-			}
-			if d := time.Since(start); d > 4*time.Second {
-				t.Errorf("took %s, want about 1 s", d)
-			}
-		})
-	}
+	eachRunner(t, func(t *testing.T, r backends.Runner, deno string) {
+		e := newEnv(t)
+		start := time.Now()
+		res, data := exec(t, New(Options{Runner: r, Deno: deno}), e.decision(), nil, map[string]any{"code": "console.log('spin'); while (true) {}", "timeout_s": 1})
+		if res.Status != wire.StatusTimedOut || res.Output.Error == nil || res.Output.Error.Code != wire.CodeTimeout || !data.TimedOut {
+			t.Fatalf("status %s error %+v", res.Status, res.Output.Error)
+		}
+		if d := time.Since(start); d > 4*time.Second {
+			t.Errorf("took %s, want about 1 s", d)
+		}
+	})
 }
 
 func TestInput(t *testing.T) {

@@ -107,42 +107,37 @@ console.log("other-host:", await get("http://example.com/"));
 // before the cap; under the cap nothing is flagged; the policy's cap wins
 // over a larger request. TestCapsStopTheRun checks the kill itself.
 func TestOutputCap(t *testing.T) {
-	t.Parallel()
-	deno := denoPath(t)
-	for name, r := range runners(t) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t)
-			tool := New(Options{Runner: r, Deno: deno})
-			for _, stream := range []string{"log", "error"} {
-				res, data := exec(t, tool, e.decision(), nil, map[string]any{"max_output_bytes": 1024, "code": `
+	eachRunner(t, func(t *testing.T, r backends.Runner, deno string) {
+		e := newEnv(t)
+		tool := New(Options{Runner: r, Deno: deno})
+		for _, stream := range []string{"log", "error"} {
+			res, data := exec(t, tool, e.decision(), nil, map[string]any{"max_output_bytes": 1024, "code": `
 console.` + stream + `("a".repeat(5000));
 export const result = 1;`})
-				if res.Output.Success || res.Output.Error == nil || res.Output.Error.Code != wire.CodeTooLarge || res.Output.Error.Details["field"] != "max_output_bytes" {
-					t.Fatalf("%s: %+v", stream, res.Output.Error)
-				}
-				out, cut := data.Output, data.OutputTruncated
-				if stream == "error" {
-					out, cut = data.Stderr, data.StderrTruncated
-				}
-				if !cut || len(out) != 1024 || strings.Trim(out, "a") != "" || string(data.Result) != "null" {
-					t.Errorf("%s: truncated %v, %d bytes, result %s", stream, cut, len(out), data.Result)
-				}
+			if res.Output.Success || res.Output.Error == nil || res.Output.Error.Code != wire.CodeTooLarge || res.Output.Error.Details["field"] != "max_output_bytes" {
+				t.Fatalf("%s: %+v", stream, res.Output.Error)
 			}
-			// Under the cap: nothing flagged.
-			res, data := exec(t, tool, e.decision(), nil, map[string]any{"max_output_bytes": 1024, "code": `console.log("short"); export const result = 1;`})
-			if !res.Output.Success || data.OutputTruncated || data.StderrTruncated || data.ResultTruncated || data.Output != "short\n" || string(data.Result) != "1" {
-				t.Errorf("under the cap: %+v", data)
+			out, cut := data.Output, data.OutputTruncated
+			if stream == "error" {
+				out, cut = data.Stderr, data.StderrTruncated
 			}
-			// The policy's cap wins over a larger request.
-			d := e.decision()
-			d.Limits.MaxOutputBytes = 2048
-			res, data = exec(t, tool, d, nil, map[string]any{"max_output_bytes": 100000, "code": `console.log("b".repeat(10000));`})
-			if res.Output.Success || !data.OutputTruncated || len(data.Output) != 2048 {
-				t.Errorf("policy cap: success %v truncated %v, %d bytes", res.Output.Success, data.OutputTruncated, len(data.Output))
+			if !cut || len(out) != 1024 || strings.Trim(out, "a") != "" || string(data.Result) != "null" {
+				t.Errorf("%s: truncated %v, %d bytes, result %s", stream, cut, len(out), data.Result)
 			}
-		})
-	}
+		}
+		// Under the cap: nothing flagged.
+		res, data := exec(t, tool, e.decision(), nil, map[string]any{"max_output_bytes": 1024, "code": `console.log("short"); export const result = 1;`})
+		if !res.Output.Success || data.OutputTruncated || data.StderrTruncated || data.ResultTruncated || data.Output != "short\n" || string(data.Result) != "1" {
+			t.Errorf("under the cap: %+v", data)
+		}
+		// The policy's cap wins over a larger request.
+		d := e.decision()
+		d.Limits.MaxOutputBytes = 2048
+		res, data = exec(t, tool, d, nil, map[string]any{"max_output_bytes": 100000, "code": `console.log("b".repeat(10000));`})
+		if res.Output.Success || !data.OutputTruncated || len(data.Output) != 2048 {
+			t.Errorf("policy cap: success %v truncated %v, %d bytes", res.Output.Success, data.OutputTruncated, len(data.Output))
+		}
+	})
 }
 
 // namedRunner is a Runner that only has a name (argv tests).

@@ -121,7 +121,7 @@ func (c *call) Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error)
 			return wire.Scope{}, err
 		}
 	}
-	deny := cleanAbs(d.FSDeny)
+	deny := tools.DenyPaths(d.FSDeny)
 	plan, _, err := c.enforcePlan(d.Exec, grants, deny)
 	if err != nil {
 		return wire.Scope{}, err
@@ -431,17 +431,5 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	}
 	out.GuardAutorun(res.Autorun)
 	t.log.DebugContext(ctx, "exectool: ran", "argv0", c.in.argv0, "backend", backend, "status", out.Status, "exit_code", res.ExitCode, "duration_ms", data.DurationMS)
-	return out
-}
-
-// cleanAbs keeps the absolute paths of a policy's deny list, cleaned; the
-// sandbox hides them even inside the grants.
-func cleanAbs(paths []string) []string {
-	var out []string
-	for _, p := range paths {
-		if filepath.IsAbs(p) {
-			out = append(out, filepath.Clean(p))
-		}
-	}
 	return out
 }
