@@ -152,14 +152,19 @@ func testStatsToolDecisionRules(t *testing.T, s evidence.Store) {
 }
 
 // RuleRollupBackfill proves migration 00006 counts decisions checkpointed
-// before it existed: on store s (opened at the latest schema) it writes and
-// checkpoints decisions with rule ids, then rolls the schema back to before
-// 00006 by hand (drops the rule rollup, forgets the version) and writes one
-// more decision, not checkpointed. reopen closes s and opens the same
-// database again, which migrates; by_rule must then count the old
-// decisions once, and the new one once the checkpointer reaches it.
-func RuleRollupBackfill(t *testing.T, s evidence.Store, reopen func(t *testing.T) evidence.Store) {
+// before it existed: on a store open returns (at the latest schema) it
+// writes and checkpoints decisions with rule ids, then rolls the schema
+// back to before 00006 by hand (drops the rule rollup, forgets the
+// version) and writes one more decision, not checkpointed. It then closes
+// the store and calls open again for the same database, which migrates;
+// by_rule must then count the old decisions once, and the new one once
+// the checkpointer reaches it.
+func RuleRollupBackfill(t *testing.T, open func(t *testing.T) (evidence.Store, error)) {
 	ctx := ctxFor(t)
+	s, err := open(t)
+	if err != nil {
+		t.Fatal(err)
+	}
 	raw, ok := s.(RawExecer)
 	if !ok {
 		t.Fatalf("%T cannot run raw statements", s)
@@ -192,7 +197,15 @@ func RuleRollupBackfill(t *testing.T, s evidence.Store, reopen func(t *testing.T
 	}
 	closeWriter(t, w)
 
-	s = reopen(t)
+	if c, ok := s.(interface{ Close() error }); ok {
+		_ = c.Close()
+	}
+	if s, err = open(t); err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	if c, ok := s.(interface{ Close() error }); ok {
+		t.Cleanup(func() { _ = c.Close() })
+	}
 	l := ledger(t, s)
 	a := evidence.NewAuditor(l, k.verifier)
 	now := time.Now().UTC()
