@@ -364,14 +364,20 @@ func (l *LateOutcomes) Failed() {
 
 // Run records queued outcomes every LateInterval until ctx ends.
 func (l *LateOutcomes) Run(ctx context.Context) {
-	t := time.NewTicker(LateInterval)
+	Every(ctx, LateInterval, func() { l.Flush(ctx) })
+}
+
+// Every calls f every d until ctx ends: the loop of the evidence side's
+// background work (late outcomes, chain head copies, result sweeps).
+func Every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			l.Flush(ctx)
+			f()
 		}
 	}
 }

@@ -274,17 +274,9 @@ func validEnvName(k string) bool {
 	return k != "" && !strings.ContainsAny(k, "=\x00")
 }
 
-// Data is Exec's output.data. OutputSHA256 is over its JSON encoding.
-type Data struct {
-	ExitCode        int     `json:"exit_code"`
-	Stdout          string  `json:"stdout"`
-	Stderr          string  `json:"stderr"`
-	StdoutTruncated bool    `json:"stdout_truncated"`
-	StderrTruncated bool    `json:"stderr_truncated"`
-	TimedOut        bool    `json:"timed_out"`
-	Signal          *string `json:"signal"`
-	DurationMS      int64   `json:"duration_ms"`
-}
+// Data is Exec's output.data (wire.ExecData). OutputSHA256 is over its JSON
+// encoding.
+type Data = wire.ExecData
 
 // recheck holds the real paths again at run time: Enforce checked them
 // against the grants, and a link swapped in since is refused.
