@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/portcullis/portcullis/internal/testutil"
 )
 
 // fsTools are the file tools under test.
@@ -349,20 +351,8 @@ func testFSSwapRace(t *testing.T, e *fsEnv) {
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			if err := os.Rename(flip, real); err != nil {
-				if _, serr := os.Lstat(real); serr == nil {
-					_ = os.RemoveAll(flip) // a link is removed, never followed
-					_ = os.Rename(real, flip)
-				}
+			if !testutil.SwapToSymlink(flip, real, e.outside, 100*time.Microsecond) {
 				continue
-			}
-			if os.Symlink(e.outside, flip) == nil {
-				time.Sleep(100 * time.Microsecond)
-				_ = os.Remove(flip)
-			}
-			if os.Rename(real, flip) != nil {
-				_ = os.RemoveAll(flip)
-				_ = os.Rename(real, flip)
 			}
 			flips.Add(1)
 			// Hold the real state a moment too: on a loaded machine a

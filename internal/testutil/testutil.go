@@ -3,9 +3,11 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"testing"
 	"time"
@@ -78,4 +80,77 @@ func ProjectTree(tb testing.TB) string {
 		}
 	}
 	return root
+}
+
+// Tree lists every entry under dir with its content (symlinks as "->
+// target", directories with a trailing "/"), to prove later that a
+// directory did not change (SameTree).
+func Tree(tb testing.TB, dir string) map[string]string {
+	tb.Helper()
+	m := map[string]string{}
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case d.Type()&os.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			m[rel] = "-> " + l
+		case d.IsDir():
+			m[rel+"/"] = ""
+		default:
+			b, _ := os.ReadFile(p)
+			m[rel] = string(b)
+		}
+		return nil
+	})
+	return m
+}
+
+// SameTree fails the test when after (a Tree) differs from before, listing
+// the first 20 differences ("+path=content" added or changed, "-path"
+// gone).
+func SameTree(tb testing.TB, what string, before, after map[string]string) {
+	tb.Helper()
+	var diff []string
+	for k, v := range after {
+		if w, ok := before[k]; !ok || w != v {
+			diff = append(diff, fmt.Sprintf("+%s=%q", k, v))
+		}
+	}
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			diff = append(diff, "-"+k)
+		}
+	}
+	sort.Strings(diff)
+	if len(diff) > 0 {
+		tb.Errorf("%s changed: %v", what, diff[:min(len(diff), 20)])
+	}
+}
+
+// SwapToSymlink is one round of an attacker's race against a path check:
+// it moves the directory flip aside (to real), puts a symlink to outside in
+// its place for hold, and moves the directory back. It reports whether the
+// round completed; a round that could not start repairs what it can (a
+// write may have recreated flip while it was away: that directory is
+// dropped, and a link is removed, never followed).
+func SwapToSymlink(flip, real, outside string, hold time.Duration) bool {
+	if err := os.Rename(flip, real); err != nil {
+		if _, serr := os.Lstat(real); serr == nil {
+			_ = os.RemoveAll(flip)
+			_ = os.Rename(real, flip)
+		}
+		return false
+	}
+	if os.Symlink(outside, flip) == nil {
+		time.Sleep(hold)
+		_ = os.Remove(flip)
+	}
+	if os.Rename(real, flip) != nil {
+		_ = os.RemoveAll(flip)
+		_ = os.Rename(real, flip)
+	}
+	return true
 }

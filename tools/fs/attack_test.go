@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/portcullis/portcullis/backends/sandbox"
+	"github.com/portcullis/portcullis/internal/testutil"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -79,50 +79,6 @@ func newAttackTree(t testing.TB) *attackTree {
 		FSDeny: []string{a.private, filepath.Join(a.work, "denied.txt")},
 	}
 	return a
-}
-
-// snapshot lists every file under dir with its content (symlinks as
-// "-> target"), to prove a directory was not changed.
-func snapshot(t testing.TB, dir string) map[string]string {
-	t.Helper()
-	m := map[string]string{}
-	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return nil
-		}
-		rel, _ := filepath.Rel(dir, p)
-		switch {
-		case d.Type()&os.ModeSymlink != 0:
-			l, _ := os.Readlink(p)
-			m[rel] = "-> " + l
-		case d.IsDir():
-			m[rel+"/"] = ""
-		default:
-			b, _ := os.ReadFile(p)
-			m[rel] = string(b)
-		}
-		return nil
-	})
-	return m
-}
-
-func sameSnapshot(t testing.TB, what string, before, after map[string]string) {
-	t.Helper()
-	var diff []string
-	for k, v := range after {
-		if w, ok := before[k]; !ok || w != v {
-			diff = append(diff, fmt.Sprintf("+%s=%q", k, v))
-		}
-	}
-	for k := range before {
-		if _, ok := after[k]; !ok {
-			diff = append(diff, "-"+k)
-		}
-	}
-	if len(diff) > 0 {
-		sort.Strings(diff)
-		t.Errorf("%s changed: %v", what, diff)
-	}
 }
 
 // call runs one tool call as the pipeline does and returns the error code
@@ -243,7 +199,7 @@ func attackCalls(w, i int) (name, input string) {
 // and no call hangs.
 func runAttackRace(t *testing.T, dur time.Duration) {
 	a := newAttackTree(t)
-	outside, vendor, private := snapshot(t, a.outside), snapshot(t, a.vendor), snapshot(t, a.private)
+	outside, vendor, private := testutil.Tree(t, a.outside), testutil.Tree(t, a.vendor), testutil.Tree(t, a.private)
 	env, denied := readT(t, filepath.Join(a.work, ".env")), readT(t, filepath.Join(a.work, "denied.txt"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), dur)
@@ -322,9 +278,9 @@ func runAttackRace(t *testing.T, dur time.Duration) {
 	if slow.Load() > 0 {
 		t.Errorf("%d calls took over 10 s (a FIFO or a swap made them hang)", slow.Load())
 	}
-	sameSnapshot(t, "outside/", outside, snapshot(t, a.outside))
-	sameSnapshot(t, "the read-only grant vendor/", vendor, snapshot(t, a.vendor))
-	sameSnapshot(t, "the denied directory private/", private, snapshot(t, a.private))
+	testutil.SameTree(t, "outside/", outside, testutil.Tree(t, a.outside))
+	testutil.SameTree(t, "the read-only grant vendor/", vendor, testutil.Tree(t, a.vendor))
+	testutil.SameTree(t, "the denied directory private/", private, testutil.Tree(t, a.private))
 	if got := readT(t, filepath.Join(a.work, ".env")); got != env {
 		t.Errorf(".env changed: %q", got)
 	}
@@ -369,7 +325,7 @@ func TestSecretNamesAtEveryDepth(t *testing.T) {
 		writeT(t, p, "NEEDLE_SECRET "+f+"\n")
 	}
 	writeT(t, filepath.Join(deep, "plain.txt"), "NEEDLE_PLAIN\n")
-	before := snapshot(t, deep)
+	before := testutil.Tree(t, deep)
 	ctx := context.Background()
 	for _, f := range files {
 		rel := "a/b/c/d/e/" + f
@@ -404,11 +360,11 @@ func TestSecretNamesAtEveryDepth(t *testing.T) {
 	if code != "" || strings.Contains(out, "NEEDLE_SECRET") || !strings.Contains(out, "NEEDLE_PLAIN") {
 		t.Errorf("search: %q %s; want only the plain file", code, out)
 	}
-	after := snapshot(t, deep)
+	after := testutil.Tree(t, deep)
 	for _, ok := range []string{"new.txt", "f/g/new.txt"} { // beside secret files, not in secret dirs
 		delete(after, ok)
 	}
-	sameSnapshot(t, "the deep directory", before, after)
+	testutil.SameTree(t, "the deep directory", before, after)
 }
 
 // TestAutorunGuard: writes and patches to files that run later for someone
@@ -424,7 +380,7 @@ func TestAutorunGuard(t *testing.T) {
 	for _, lifted := range []bool{false, true} {
 		a := newAttackTree(t)
 		writeT(t, filepath.Join(a.work, ".bashrc"), "# rc\n")
-		before := snapshot(t, a.work)
+		before := testutil.Tree(t, a.work)
 		d := a.decision
 		d.FSGrants = []wire.FSGrant{{Path: a.work, Mode: wire.ModeReadWrite, Alias: "@w", AllowAutorun: lifted}}
 		for _, rel := range guarded {
@@ -448,7 +404,7 @@ func TestAutorunGuard(t *testing.T) {
 		if !lifted {
 			// Nothing was created for the refused writes, not even their
 			// directories.
-			sameSnapshot(t, "work/ after refused writes", before, snapshot(t, a.work))
+			testutil.SameTree(t, "work/ after refused writes", before, testutil.Tree(t, a.work))
 		}
 		if !lifted {
 			if got := readT(t, filepath.Join(a.work, ".bashrc")); got != "# rc\n" {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/internal/testutil"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -34,24 +35,10 @@ func TestSwapRace(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			// dir -> symlink to outside -> dir. A write's MkdirAll may
-			// recreate flip while it is away; that directory is dropped.
-			if err := os.Rename(flip, real); err != nil {
-				if _, serr := os.Lstat(real); serr == nil {
-					_ = os.RemoveAll(flip) // a link is removed, never followed
-					_ = os.Rename(real, flip)
-				}
-				continue
+			// dir -> symlink to outside -> dir.
+			if testutil.SwapToSymlink(flip, real, f.outside, 50*time.Microsecond) {
+				flips.Add(1)
 			}
-			if os.Symlink(f.outside, flip) == nil {
-				time.Sleep(50 * time.Microsecond)
-				_ = os.Remove(flip)
-			}
-			if os.Rename(real, flip) != nil {
-				_ = os.RemoveAll(flip)
-				_ = os.Rename(real, flip)
-			}
-			flips.Add(1)
 		}
 	}()
 	var okWrites, refused, leaks atomic.Int64
