@@ -104,6 +104,24 @@ const (
 
 var allStores = []store{storeSQLite, storePostgres}
 
+// eachStoreKind runs f, in parallel, as a subtest on every store.
+func eachStoreKind(t *testing.T, f func(t *testing.T, st store)) {
+	t.Helper()
+	for _, st := range allStores {
+		t.Run(string(st), func(t *testing.T) {
+			t.Parallel()
+			f(t, st)
+		})
+	}
+}
+
+// eachStore runs f, in parallel, as a subtest on a new deployment of every
+// store.
+func eachStore(t *testing.T, f func(t *testing.T, d *deployment)) {
+	t.Helper()
+	eachStoreKind(t, func(t *testing.T, st store) { f(t, newDeployment(t, st)) })
+}
+
 // Principal ids of the test policy (testdata/policy/e2e.rego).
 const (
 	agentFull   = "agent-full"
