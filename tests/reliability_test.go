@@ -198,6 +198,21 @@ func (l *loadGen) one(i int) *sent {
 
 // run sends calls from clients goroutines until n calls were sent (n > 0)
 // or ctx ends, and waits for the calls in flight to be answered.
+// background runs clients until the returned stop is called (more than
+// once is fine); stop returns when they have all finished.
+func (l *loadGen) background(clients int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.run(ctx, clients, 0)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 func (l *loadGen) run(ctx context.Context, clients, n int) {
 	var wg sync.WaitGroup
 	for range clients {
