@@ -25,6 +25,7 @@ type record struct {
 	parent    *uuid.UUID // the receipt of the call that made this one (code.run)
 	depth     int        // nesting depth: 0 for a call from an agent
 	id        uuid.UUID
+	idText    string // id, formatted once: span, metadata and answer
 	at        time.Time
 	principal wire.Principal
 	req       wire.ToolCallRequest
@@ -83,6 +84,7 @@ func (s *Server) governedCall(ctx context.Context, in callRequest) (int, wire.To
 func (s *Server) newRecord(ctx context.Context, in callRequest) *record {
 	rec := &record{id: uuid.Must(uuid.NewV7()), at: s.opts.Now().UTC(), principal: in.principal,
 		parent: in.parent, depth: in.depth, req: in.req}
+	rec.idText = rec.id.String()
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
 		rec.traceID = sc.TraceID().String()
 	}
@@ -126,7 +128,7 @@ func (s *Server) startCall(ctx context.Context, rec *record, tool tools.Tool) (c
 		attribute.String("gen_ai.operation.name", "execute_tool"),
 		attribute.String("gen_ai.tool.name", tool.Name()),
 		attribute.String("gen_ai.tool.call.id", rec.req.CallID),
-		attribute.String("portcullis.receipt_id", rec.id.String()),
+		attribute.String("portcullis.receipt_id", rec.idText),
 		attribute.String("portcullis.principal", rec.principal.ID),
 	))
 }
@@ -233,13 +235,13 @@ func (s *Server) recordDecision(ctx context.Context, rec *record, tool tools.Too
 func (s *Server) dispatch(ctx context.Context, rec *record, a admission) tools.Result {
 	res, _ := step(ctx, s, "dispatch", func(ctx context.Context) (tools.Result, error) {
 		ctx = tools.WithDispatcher(ctx, &nested{s: s, principal: rec.principal, parent: rec.id, session: rec.req.SessionID, depth: rec.depth + 1})
-		ctx = tools.WithCaller(ctx, tools.Caller{PrincipalID: rec.principal.ID, SessionID: rec.req.SessionID, ReceiptID: rec.id.String()})
+		ctx = tools.WithCaller(ctx, tools.Caller{PrincipalID: rec.principal.ID, SessionID: rec.req.SessionID, ReceiptID: rec.idText})
 		return a.call.Run(ctx, a.scope), nil
 	})
 	if res.Output.Metadata == nil {
 		res.Output.Metadata = map[string]any{}
 	}
-	res.Output.Metadata["receipt_id"] = rec.id.String()
+	res.Output.Metadata["receipt_id"] = rec.idText
 	return res
 }
 
@@ -282,7 +284,7 @@ func (s *Server) answerCall(ctx context.Context, span trace.Span, rec *record, t
 	s.metrics.calls.WithLabelValues(tool.Name(), wire.DecisionAllow, code).Inc()
 	s.metrics.duration.WithLabelValues(tool.Name()).Observe(time.Since(rec.at).Seconds())
 	return status, wire.ToolCallResponse{
-		ReceiptID: rec.id.String(), CallID: rec.req.CallID,
+		ReceiptID: rec.idText, CallID: rec.req.CallID,
 		Decision: s.decisionResult(rec), Output: res.Output,
 	}
 }
@@ -351,9 +353,9 @@ func (s *Server) refuse(ctx context.Context, rec *record, decision string, we *w
 		return statusOf(ue.Code), wire.ToolCallResponse{CallID: rec.req.CallID, Decision: s.decisionResult(rec), Output: failed(ue, nil)}
 	}
 	return statusOf(we.Code), wire.ToolCallResponse{
-		ReceiptID: rec.id.String(), CallID: rec.req.CallID,
+		ReceiptID: rec.idText, CallID: rec.req.CallID,
 		Decision: s.decisionResult(rec),
-		Output:   failed(we, map[string]any{"receipt_id": rec.id.String()}),
+		Output:   failed(we, map[string]any{"receipt_id": rec.idText}),
 	}
 }
 
