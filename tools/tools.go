@@ -11,6 +11,8 @@ package tools
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"path/filepath"
 
@@ -165,4 +167,29 @@ func DenyPaths(paths []string) []string {
 		}
 	}
 	return out
+}
+
+// ProgramResult is the result of a program that ran (Exec, code.run): its
+// data, encoded once for the output digest; its exit code, network stats
+// (also in the metadata) and duration. The tool then sets its status. The
+// error is an encoding failure, internal (op names the tool).
+func ProgramResult(op string, data any, res sandbox.Result, backend string, meta map[string]any, durationMS int64) (Result, *wire.Error) {
+	sum, err := json.Marshal(data)
+	if err != nil {
+		return Result{}, wire.Wrap(wire.CodeInternal, op+": encode output", err, "encoding the output failed")
+	}
+	digest := sha256.Sum256(sum)
+	exit := res.ExitCode
+	out := Result{
+		Output:       wire.ToolOutput{Data: data, Metadata: meta},
+		ExitCode:     &exit,
+		OutputSHA256: hex.EncodeToString(digest[:]),
+		Backend:      backend,
+		Network:      res.Network,
+	}
+	out.SetDuration(durationMS)
+	if res.Network != nil {
+		out.Output.Metadata["network"] = res.Network
+	}
+	return out, nil
 }

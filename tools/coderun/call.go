@@ -268,22 +268,9 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	if data.Result == nil {
 		data.Result = json.RawMessage("null")
 	}
-	sum, err := json.Marshal(data)
-	if err != nil {
-		return failWith(wire.Wrap(wire.CodeInternal, "coderun: encode output", err, "encoding the output failed"))
-	}
-	digest := sha256.Sum256(sum)
-	exit := res.ExitCode
-	out := tools.Result{
-		Output:       wire.ToolOutput{Data: data, Metadata: meta()},
-		ExitCode:     &exit,
-		OutputSHA256: hex.EncodeToString(digest[:]),
-		Backend:      backend,
-		Network:      res.Network,
-	}
-	out.SetDuration(data.DurationMS)
-	if res.Network != nil {
-		out.Output.Metadata["network"] = res.Network
+	out, we := tools.ProgramResult("coderun", data, res, backend, meta(), data.DurationMS)
+	if we != nil {
+		return failWith(we)
 	}
 	c.judge(&out, res, scope, overBudget, outputCapped, resultTruncated)
 	t.log.DebugContext(ctx, "coderun: ran", "backend", backend, "status", out.Status, "exit_code", res.ExitCode, "tool_calls", calls.Count, "duration_ms", data.DurationMS)

@@ -2,9 +2,6 @@ package exectool
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -388,25 +385,9 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 		Signal:          res.Signal,
 		DurationMS:      res.Duration.Milliseconds(),
 	}
-	sum, err := json.Marshal(data)
-	if err != nil {
-		return failWith(wire.Wrap(wire.CodeInternal, "exec: encode output", err, "encoding the output failed"))
-	}
-	digest := sha256.Sum256(sum)
-	exit := res.ExitCode
-	out := tools.Result{
-		Output: wire.ToolOutput{
-			Data:     data,
-			Metadata: map[string]any{"backend": backend},
-		},
-		ExitCode:     &exit,
-		OutputSHA256: hex.EncodeToString(digest[:]),
-		Backend:      backend,
-		Network:      res.Network,
-	}
-	out.SetDuration(data.DurationMS)
-	if res.Network != nil {
-		out.Output.Metadata["network"] = res.Network
+	out, we := tools.ProgramResult("exec", data, res, backend, map[string]any{"backend": backend}, data.DurationMS)
+	if we != nil {
+		return failWith(we)
 	}
 	switch {
 	case res.TimedOut:

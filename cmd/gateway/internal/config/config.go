@@ -900,19 +900,7 @@ func (t TLS) MinTLSVersion() (uint16, error) {
 // privateFile checks that path is a regular file that neither group nor
 // others may read or write: a key file any local user (or a program the
 // process backend runs as another user) could read is not a secret.
-func privateFile(path string) error {
-	st, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file", path)
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("%s is accessible to group or others (mode %04o); chmod 600 it", path, st.Mode().Perm())
-	}
-	return nil
-}
+func privateFile(path string) error { return identity.CheckKeyFile(path) }
 
 // loopbackAddr accepts host:port with a numeric port whose host is a
 // loopback IP literal or "localhost"; an empty host (all interfaces), a host
