@@ -1,107 +1,61 @@
-// Package backends holds the contract between the gateway's call pipeline and
-// the tools it runs, in the manner of database/sql/driver: the pipeline owns
-// authentication, policy, evidence and error mapping; a Tool owns validation,
-// normalization, enforcement against the decision's grants and execution.
+// Package backends is where tool calls run: the runners (process, bwrap,
+// seatbelt) and what they share (sandbox specs and profiles, cgroups, the
+// egress proxy). "Backend" in this project always means a runner; the
+// tools that build runs (Exec, code.run, ...) live under tools/.
+//
+// Runner is declared here, once, so that the tools that start programs and
+// the binary that chooses a runner speak of the same thing, and so that no
+// tool imports a concrete runner to learn how it behaves: what a tool needs
+// to know of a runner (how it bounds memory, where its egress proxy
+// listens) it asks through the small optional interfaces below.
 package backends
 
 import (
 	"context"
-	"encoding/json"
 
-	"github.com/portcullis/portcullis/wire"
+	"github.com/portcullis/portcullis/backends/sandbox"
 )
 
-// Tool is one callable tool (Exec, fs.read, ...).
-type Tool interface {
-	// Name is the wire name, e.g. "Exec".
+// Runner runs one sandbox.Spec. Run's error means the program could not be
+// started at all (a *wire.Error such as sandbox_unavailable, or a cause the
+// tool maps to one); a program that started and failed is a Result.
+type Runner interface {
+	// Name is the backend recorded in the enforced scope: "process",
+	// "bwrap", "seatbelt", or "none" for a refuser.
 	Name() string
-	// Description is shown to models in GET /v1/tools.
-	Description() string
-	// Parameters is the JSON Schema of the tool's input.
-	Parameters() json.RawMessage
-	// Prepare validates and normalizes input. Bad input returns a *wire.Error
-	// with code invalid_input (or too_large) naming the field at fault.
-	Prepare(ctx context.Context, input json.RawMessage) (Call, error)
+	Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
 }
 
-// Call is one validated, normalized request, ready for policy and enforcement.
-type Call interface {
-	// Args is the caller's input as decoded: policy input.args.
-	Args() map[string]any
-	// Resolved holds the gateway's normalized facts: policy input.resolved.
-	Resolved() map[string]any
-	// Enforce holds the concrete request against the decision's grants and
-	// returns the enforced scope, or a *wire.Error (fs_denied,
-	// network_denied, sandbox_violation, invalid_input ...).
-	Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error)
-	// Run executes the call within scope. It never returns an error: every
-	// failure is a ToolOutput with success false and a contract error code.
-	Run(ctx context.Context, scope wire.Scope) Result
+// MemoryLimiter is a runner that says how it bounds a call's memory_bytes
+// (wire.MemoryLimitCgroup or wire.MemoryLimitRlimitData).
+type MemoryLimiter interface {
+	MemoryLimit() string
 }
 
-// Releaser is implemented by calls whose Enforce holds resources for Run:
-// the file tools keep the descriptors they checked, so that Run touches
-// exactly what was checked. The pipeline calls Release for a call that
-// enforced successfully but will not run (a dry run, a decision that could
-// not be recorded); Run releases them itself.
-type Releaser interface {
-	Release()
+// MemoryLimitOf is how r will enforce a call's memory_bytes, recorded in
+// the enforced scope; the runner then applies exactly that or refuses the
+// call. A runner that does not say leaves it "" (its own choice).
+func MemoryLimitOf(r Runner) string {
+	if m, ok := r.(MemoryLimiter); ok {
+		return m.MemoryLimit()
+	}
+	return ""
 }
 
-// Result is a finished call: what the caller gets and what evidence records.
-type Result struct {
-	Output       wire.ToolOutput
-	Status       string // wire.Status* (succeeded, failed, timed_out, error)
-	ExitCode     *int
-	OutputSHA256 string // SHA-256 hex over the tool's data as returned
-	Backend      string // what really ran the call: "process", "bwrap", ...
-	// Network attributes proxied connections to the call (nil: none).
-	Network *wire.NetworkStats
+// EgressProxy is a runner whose calls reach the network only through a
+// per-call proxy inside the call's own network namespace (bwrap). A program
+// that checks its own net permission for the proxy's address (Deno) must
+// be allowed that address, and only under such a runner: under any other
+// it would be the host's port.
+type EgressProxy interface {
+	ProxyAddr() string
 }
 
-// Dispatcher runs a tool call on behalf of the call that is running now: the
-// same principal, through the whole pipeline (decision, enforcement, receipt
-// with parent_receipt_id), exactly as if the agent had made it. Tools that
-// run code (code.run) reach other tools only through it.
-type Dispatcher interface {
-	Dispatch(ctx context.Context, tool string, input json.RawMessage) (status int, resp wire.ToolCallResponse)
-}
-
-type dispatcherKey struct{}
-
-// WithDispatcher gives a running call the way back into the pipeline.
-func WithDispatcher(ctx context.Context, d Dispatcher) context.Context {
-	return context.WithValue(ctx, dispatcherKey{}, d)
-}
-
-// DispatcherFrom returns the running call's dispatcher, if the pipeline set
-// one.
-func DispatcherFrom(ctx context.Context) (Dispatcher, bool) {
-	d, ok := ctx.Value(dispatcherKey{}).(Dispatcher)
-	return d, ok
-}
-
-type dryRunKey struct{}
-
-// WithDryRun marks ctx as a dry run (POST /v1/decisions): Prepare and
-// Enforce compute what a call would get without any effect an attacker
-// could observe beyond the policy input, so no DNS lookup, no connection
-// and no file opened for a name the caller chose. A dry run writes no
-// receipt, so anything it did would be an unrecorded channel out.
-func WithDryRun(ctx context.Context) context.Context {
-	return context.WithValue(ctx, dryRunKey{}, true)
-}
-
-// IsDryRun reports whether ctx is a dry run's.
-func IsDryRun(ctx context.Context) bool {
-	v, _ := ctx.Value(dryRunKey{}).(bool)
-	return v
-}
-
-// ToolLister is implemented by a Dispatcher that can also say which tools
-// the running call's principal may call (the policy's purpose "list", as
-// GET /v1/tools), so code.run can offer typed stubs for exactly those.
-// Each spec's Name is the tool's own name, as Dispatch takes it.
-type ToolLister interface {
-	ListTools(ctx context.Context) ([]wire.FunctionSpec, error)
+// ProxyAddrOf is the address of r's in-namespace egress proxy, or "" when
+// r has none.
+func ProxyAddrOf(r Runner) string {
+	if p, ok := r.(EgressProxy); ok {
+		return p.ProxyAddr()
+	}
+	return ""
 }

@@ -8,14 +8,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
-	"path"
 	"sort"
 
 	"github.com/open-policy-agent/opa/v1/bundle"
-	"github.com/open-policy-agent/opa/v1/loader/filter"
 	"github.com/open-policy-agent/opa/v1/util"
 
 	"github.com/portcullis/portcullis/policies"
@@ -276,32 +273,10 @@ func Inspect(fsys fs.FS, vc *bundle.VerificationConfig) (Report, error) {
 // Verify checks the files' signature with OPA's bundle reader, exactly as
 // activation does.
 func Verify(files []File, vc *bundle.VerificationConfig) error {
-	loader := &memLoader{files: files}
+	loader := policies.NewMemLoader(files)
 	_, err := bundle.NewCustomReader(loader).WithBundleVerificationConfig(vc).Read()
 	if err != nil {
 		return fmt.Errorf("verify bundle: %w", err)
 	}
 	return nil
 }
-
-// memLoader serves files to OPA's bundle reader.
-type memLoader struct {
-	files []File
-	next  int
-}
-
-func (l *memLoader) NextFile() (*bundle.Descriptor, error) {
-	if l.next >= len(l.files) {
-		return nil, io.EOF
-	}
-	f := l.files[l.next]
-	l.next++
-	p := "/" + path.Clean(f.Path)
-	return bundle.NewDescriptor(p, p, bytes.NewReader(f.Data)), nil
-}
-
-// The reader's loader options do not apply to files already in memory.
-func (l *memLoader) WithFilter(filter.LoaderFilter) bundle.DirectoryLoader   { return l }
-func (l *memLoader) WithPathFormat(bundle.PathFormat) bundle.DirectoryLoader { return l }
-func (l *memLoader) WithSizeLimitBytes(int64) bundle.DirectoryLoader         { return l }
-func (l *memLoader) WithFollowSymlinks(bool) bundle.DirectoryLoader          { return l }

@@ -259,18 +259,11 @@ func NewHeadRecorder(w *Writer, opts HeadRecorderOptions) (*HeadRecorder, error)
 
 // Run writes the head every Interval when it moved, until ctx ends.
 func (r *HeadRecorder) Run(ctx context.Context) {
-	t := time.NewTicker(r.opts.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := r.Record(); err != nil {
-				r.opts.Logger.Error("evidence: copy chain head outside the database", "error", err.Error())
-			}
+	Every(ctx, r.opts.Interval, func() {
+		if err := r.Record(); err != nil {
+			r.opts.Logger.Error("evidence: copy chain head outside the database", "error", err.Error())
 		}
-	}
+	})
 }
 
 // Record writes the writer's current head if it moved since the last

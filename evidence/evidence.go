@@ -47,17 +47,6 @@ const (
 	KindLegalHoldRelease = "legal_hold_release"
 )
 
-// BodyKind reports whether kind is one of the non-receipt kinds whose
-// content is Body and that callers may append through the Writer.
-func BodyKind(kind string) bool {
-	switch kind {
-	case KindPolicyActivated, KindShadowDiff, KindCheckpoint, KindRetention,
-		KindLegalHold, KindLegalHoldRelease:
-		return true
-	}
-	return false
-}
-
 // Errors a Store returns, so callers can map them once at the edge.
 var (
 	// ErrNotFound means no receipt has that id (gateway: 404 not_found).

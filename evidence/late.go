@@ -175,6 +175,33 @@ func (q *lateQueue) has(receipt uuid.UUID) bool {
 	return false
 }
 
+// NotRunOutcome is the outcome of an allowed call that was refused because
+// its decision could not be made durable: it never ran (status error,
+// evidence_unavailable, backend none). Queue it with notRun true: it is
+// written only if the decision did commit after all.
+func NotRunOutcome(receipt uuid.UUID, instanceID string, at time.Time) Event {
+	code := string(wire.CodeEvidenceUnavailable)
+	return Event{
+		ID: uuid.Must(uuid.NewV7()), ReceiptID: receipt, Kind: KindOutcome, Time: at.UTC(),
+		InstanceID: instanceID,
+		Outcome:    &wire.Outcome{Status: wire.StatusError, ErrorCode: &code, Backend: "none"},
+	}
+}
+
+// Unavailable is a writer and receipt reader that always answers
+// ErrUnavailable: the store of a process built without one (tests that
+// never call a tool), so that LateOutcomes keeps what it is given queued
+// in memory, bounded.
+type Unavailable struct{}
+
+// Append is always ErrUnavailable.
+func (Unavailable) Append(context.Context, ...Event) error { return ErrUnavailable }
+
+// Receipt is always ErrUnavailable.
+func (Unavailable) Receipt(context.Context, uuid.UUID) (wire.Receipt, error) {
+	return wire.Receipt{}, ErrUnavailable
+}
+
 // LateOutcomes keeps outcomes the store did not take and records them once
 // it commits again.
 type LateOutcomes struct {
@@ -337,14 +364,20 @@ func (l *LateOutcomes) Failed() {
 
 // Run records queued outcomes every LateInterval until ctx ends.
 func (l *LateOutcomes) Run(ctx context.Context) {
-	t := time.NewTicker(LateInterval)
+	Every(ctx, LateInterval, func() { l.Flush(ctx) })
+}
+
+// Every calls f every d until ctx ends: the loop of the evidence side's
+// background work (late outcomes, chain head copies, result sweeps).
+func Every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			l.Flush(ctx)
+			f()
 		}
 	}
 }

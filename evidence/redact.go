@@ -382,27 +382,7 @@ func (e *boundedEncoder) value(v any) {
 	case string:
 		e.scalar(RedactString(x))
 	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		e.raw([]byte{'{'})
-		seen := map[string]bool{}
-		for i, k := range keys {
-			if e.full {
-				return
-			}
-			if i > 0 {
-				e.raw([]byte{','})
-			}
-			name := RedactString(k)
-			for n := 2; seen[name]; n++ {
-				name = fmt.Sprintf("%s #%d", RedactString(k), n)
-			}
-			seen[name] = true
-			e.scalar(name)
-			e.raw([]byte{':'})
+		e.object(x, func(k string) {
 			switch {
 			case SecretField(k):
 				e.scalar(Redacted)
@@ -411,8 +391,7 @@ func (e *boundedEncoder) value(v any) {
 			default:
 				e.value(x[k])
 			}
-		}
-		e.raw([]byte{'}'})
+		})
 	case []any:
 		e.raw([]byte{'['})
 		secretNext := false
@@ -459,6 +438,13 @@ func (e *boundedEncoder) env(v any) {
 		e.scalar(redactEnv(v)) // lists, typed maps: small in practice
 		return
 	}
+	e.object(m, func(string) { e.scalar(Redacted) })
+}
+
+// object encodes m's members in key order, each name redacted (a name
+// that redacts to one already written gets " #2", " #3" ...) and its value
+// written by member. It stops, unclosed, when the encoder is full.
+func (e *boundedEncoder) object(m map[string]any, member func(k string)) {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -480,7 +466,7 @@ func (e *boundedEncoder) env(v any) {
 		seen[name] = true
 		e.scalar(name)
 		e.raw([]byte{':'})
-		e.scalar(Redacted)
+		member(k)
 	}
 	e.raw([]byte{'}'})
 }

@@ -197,61 +197,8 @@ func (w *Writer) Close(ctx context.Context) error {
 // prepare checks one event and normalizes it into the exact form a store
 // round trip gives back, so its hash recomputes from stored rows.
 func (w *Writer) prepare(e Event) (Event, error) {
-	switch e.Kind {
-	case KindDecision:
-		if e.ID == uuid.Nil {
-			id, err := uuid.NewV7()
-			if err != nil {
-				return Event{}, fmt.Errorf("evidence: new event id: %w", err)
-			}
-			e.ID = id
-		}
-		if e.ReceiptID == uuid.Nil {
-			e.ReceiptID = e.ID
-		}
-		if e.ReceiptID != e.ID {
-			return Event{}, fmt.Errorf("%w: decision %s must be its own receipt, got receipt_id %s", ErrInvalidEvent, e.ID, e.ReceiptID)
-		}
-		switch e.Decision {
-		case wire.DecisionAllow, wire.DecisionDeny, wire.DecisionInvalid:
-		default:
-			return Event{}, fmt.Errorf("%w: decision %s: decision must be allow, deny or invalid, got %q", ErrInvalidEvent, e.ID, e.Decision)
-		}
-	case KindOutcome:
-		if e.ID == uuid.Nil {
-			id, err := uuid.NewV7()
-			if err != nil {
-				return Event{}, fmt.Errorf("evidence: new event id: %w", err)
-			}
-			e.ID = id
-		}
-		if e.ReceiptID == uuid.Nil {
-			return Event{}, fmt.Errorf("%w: outcome %s names no receipt", ErrInvalidEvent, e.ID)
-		}
-		if e.Outcome == nil || e.Outcome.Status == "" {
-			return Event{}, fmt.Errorf("%w: outcome %s has no status", ErrInvalidEvent, e.ID)
-		}
-	case KindPolicyActivated, KindShadowDiff, KindCheckpoint, KindRetention, KindLegalHold, KindLegalHoldRelease:
-		if e.ID == uuid.Nil {
-			id, err := uuid.NewV7()
-			if err != nil {
-				return Event{}, fmt.Errorf("evidence: new event id: %w", err)
-			}
-			e.ID = id
-		}
-		if e.ReceiptID == uuid.Nil {
-			e.ReceiptID = e.ID
-		}
-		if len(e.Body) == 0 {
-			return Event{}, fmt.Errorf("%w: %s event %s has no body", ErrInvalidEvent, e.Kind, e.ID)
-		}
-		if e.Decision != "" || e.Outcome != nil || e.Scope != nil {
-			return Event{}, fmt.Errorf("%w: %s event %s carries decision or outcome fields", ErrInvalidEvent, e.Kind, e.ID)
-		}
-	case KindChainStart:
-		return Event{}, fmt.Errorf("%w: chain_start events are written by the Writer only", ErrInvalidEvent)
-	default:
-		return Event{}, fmt.Errorf("%w: unknown kind %q", ErrInvalidEvent, e.Kind)
+	if err := checkKind(&e); err != nil {
+		return Event{}, err
 	}
 	if e.Time.IsZero() {
 		e.Time = w.opts.Now()
@@ -266,21 +213,8 @@ func (w *Writer) prepare(e Event) (Event, error) {
 	e.ArgsSHA256 = cleanText(e.ArgsSHA256)
 	e.TraceID = cleanText(e.TraceID)
 	e.ErrorCode = cleanText(e.ErrorCode)
-	if len(e.RuleIDs) > 0 {
-		if e.Kind != KindDecision {
-			return Event{}, fmt.Errorf("%w: %s event %s carries rule ids", ErrInvalidEvent, e.Kind, e.ID)
-		}
-		if len(e.RuleIDs) > wire.MaxRuleIDs {
-			return Event{}, fmt.Errorf("%w: decision %s has %d rule ids, more than %d", ErrInvalidEvent, e.ID, len(e.RuleIDs), wire.MaxRuleIDs)
-		}
-		for _, r := range e.RuleIDs {
-			if !wire.ValidRuleID(r) {
-				return Event{}, fmt.Errorf("%w: decision %s: rule id %q is not one", ErrInvalidEvent, e.ID, r)
-			}
-		}
-		e.RuleIDs = append([]string(nil), e.RuleIDs...)
-	} else {
-		e.RuleIDs = nil
+	if err := checkRuleIDs(&e); err != nil {
+		return Event{}, err
 	}
 	if e.Reasons != nil {
 		rs := make([]string, len(e.Reasons))
@@ -289,21 +223,12 @@ func (w *Writer) prepare(e Event) (Event, error) {
 		}
 		e.Reasons = rs
 	}
-	if len(e.Args) > 0 {
-		if !utf8.Valid(e.Args) || !json.Valid(e.Args) {
-			return Event{}, fmt.Errorf("%w: event %s: args are not valid UTF-8 JSON", ErrInvalidEvent, e.ID)
-		}
-		e.Args = append(json.RawMessage(nil), e.Args...)
-	} else {
-		e.Args = nil
+	var err error
+	if e.Args, err = ownJSON(e.Args, e.ID, "args are"); err != nil {
+		return Event{}, err
 	}
-	if len(e.Body) > 0 {
-		if !utf8.Valid(e.Body) || !json.Valid(e.Body) {
-			return Event{}, fmt.Errorf("%w: event %s: body is not valid UTF-8 JSON", ErrInvalidEvent, e.ID)
-		}
-		e.Body = append(json.RawMessage(nil), e.Body...)
-	} else {
-		e.Body = nil
+	if e.Body, err = ownJSON(e.Body, e.ID, "body is"); err != nil {
+		return Event{}, err
 	}
 	if e.Scope != nil {
 		e.Scope = copyScope(e.Scope)
@@ -321,6 +246,93 @@ func (w *Writer) prepare(e Event) (Event, error) {
 	}
 	e.ChainID, e.ChainSeq, e.PrevHash, e.Hash = uuid.Nil, 0, nil, nil
 	return e, nil
+}
+
+// checkKind holds e to what its kind requires (a decision is its own
+// receipt and says allow, deny or invalid; an outcome names its receipt
+// and has a status; the other kinds carry a body and nothing of a call),
+// giving it an id (and receipt id) where it has none.
+func checkKind(e *Event) error {
+	switch e.Kind {
+	case KindDecision, KindOutcome, KindPolicyActivated, KindShadowDiff, KindCheckpoint, KindRetention, KindLegalHold, KindLegalHoldRelease:
+		if e.ID == uuid.Nil {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return fmt.Errorf("evidence: new event id: %w", err)
+			}
+			e.ID = id
+		}
+	case KindChainStart:
+		return fmt.Errorf("%w: chain_start events are written by the Writer only", ErrInvalidEvent)
+	default:
+		return fmt.Errorf("%w: unknown kind %q", ErrInvalidEvent, e.Kind)
+	}
+	switch e.Kind {
+	case KindDecision:
+		if e.ReceiptID == uuid.Nil {
+			e.ReceiptID = e.ID
+		}
+		if e.ReceiptID != e.ID {
+			return fmt.Errorf("%w: decision %s must be its own receipt, got receipt_id %s", ErrInvalidEvent, e.ID, e.ReceiptID)
+		}
+		switch e.Decision {
+		case wire.DecisionAllow, wire.DecisionDeny, wire.DecisionInvalid:
+		default:
+			return fmt.Errorf("%w: decision %s: decision must be allow, deny or invalid, got %q", ErrInvalidEvent, e.ID, e.Decision)
+		}
+	case KindOutcome:
+		if e.ReceiptID == uuid.Nil {
+			return fmt.Errorf("%w: outcome %s names no receipt", ErrInvalidEvent, e.ID)
+		}
+		if e.Outcome == nil || e.Outcome.Status == "" {
+			return fmt.Errorf("%w: outcome %s has no status", ErrInvalidEvent, e.ID)
+		}
+	default:
+		if e.ReceiptID == uuid.Nil {
+			e.ReceiptID = e.ID
+		}
+		if len(e.Body) == 0 {
+			return fmt.Errorf("%w: %s event %s has no body", ErrInvalidEvent, e.Kind, e.ID)
+		}
+		if e.Decision != "" || e.Outcome != nil || e.Scope != nil {
+			return fmt.Errorf("%w: %s event %s carries decision or outcome fields", ErrInvalidEvent, e.Kind, e.ID)
+		}
+	}
+	return nil
+}
+
+// checkRuleIDs allows rule ids on decisions only, each a valid id and at
+// most wire.MaxRuleIDs of them, and gives e its own copy.
+func checkRuleIDs(e *Event) error {
+	if len(e.RuleIDs) == 0 {
+		e.RuleIDs = nil
+		return nil
+	}
+	if e.Kind != KindDecision {
+		return fmt.Errorf("%w: %s event %s carries rule ids", ErrInvalidEvent, e.Kind, e.ID)
+	}
+	if len(e.RuleIDs) > wire.MaxRuleIDs {
+		return fmt.Errorf("%w: decision %s has %d rule ids, more than %d", ErrInvalidEvent, e.ID, len(e.RuleIDs), wire.MaxRuleIDs)
+	}
+	for _, r := range e.RuleIDs {
+		if !wire.ValidRuleID(r) {
+			return fmt.Errorf("%w: decision %s: rule id %q is not one", ErrInvalidEvent, e.ID, r)
+		}
+	}
+	e.RuleIDs = append([]string(nil), e.RuleIDs...)
+	return nil
+}
+
+// ownJSON is a copy of raw (nil when empty), which must be valid UTF-8
+// JSON; what names the field in the error ("args are", "body is").
+func ownJSON(raw json.RawMessage, id uuid.UUID, what string) (json.RawMessage, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	if !utf8.Valid(raw) || !json.Valid(raw) {
+		return nil, fmt.Errorf("%w: event %s: %s not valid UTF-8 JSON", ErrInvalidEvent, id, what)
+	}
+	return append(json.RawMessage(nil), raw...), nil
 }
 
 // NormalizeTime is the form every store keeps: UTC, microsecond precision

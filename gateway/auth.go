@@ -112,8 +112,5 @@ func (s *Server) refuseAuth(c echo.Context, method string, err error) error {
 	} else {
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="portcullis"`)
 	}
-	if c.Path() == "/v1/tool-calls" {
-		return c.JSON(statusOf(we.Code), wire.ToolCallResponse{Output: failed(we, nil)})
-	}
-	return we
+	return we // errorHandler answers it in the route's shape
 }

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/gateway/identity"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -64,7 +64,7 @@ func TestAuthJWTNeverFallsBackToKeys(t *testing.T) {
 			Keys: []Key{{SHA256: sha256.Sum256([]byte(jwtShaped)), Principal: wire.Principal{ID: "agent-key",
 				Roles: []string{wire.RoleAgent}, Attributes: map[string]any{"team": "e2e"}}}},
 			JWT:    jwt,
-			Policy: pol, Evidence: ev, Receipts: ev, Tools: []backends.Tool{&countingTool{}},
+			Policy: pol, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
 			InstanceID: "test", MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
 		})
 		ts := httptest.NewServer(s.Handler())
@@ -103,7 +103,7 @@ func TestAuthJWTClaimsReachPolicy(t *testing.T) {
 	ev := &memEvidence{}
 	good := "eyJhbGciOiJFUzI1NiJ9.e30.Z29vZA"
 	s := New(Options{JWT: stubJWT{good: good}, Policy: pol, Evidence: ev, Receipts: ev,
-		Tools: []backends.Tool{&countingTool{}}, InstanceID: "test", MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument})
+		Tools: []tools.Tool{&countingTool{}}, InstanceID: "test", MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument})
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
 	st, out := post(t, ts.URL, good, `{"tool":"Count","input":{},"principal":{"id":"admin-1"}}`)
@@ -151,7 +151,7 @@ func TestAuthClientCertificate(t *testing.T) {
 	s := New(Options{
 		Keys:        []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
 		ClientCerts: stubCerts{"agent-7": {ID: "agent-7", Roles: []string{wire.RoleAgent}, Attributes: map[string]any{identity.AttrAuth: identity.AuthMTLS}}},
-		Policy:      pol, Evidence: ev, Receipts: ev, Tools: []backends.Tool{&countingTool{}},
+		Policy:      pol, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
 		InstanceID: "test", MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
 	})
 	call := func(cn, authz string) (int, wire.ToolCallResponse) {

@@ -7,19 +7,19 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
-	"time"
 
 	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/backends/bwrap"
-	"github.com/portcullis/portcullis/backends/exectool"
 	"github.com/portcullis/portcullis/backends/process"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/sqlite"
+	"github.com/portcullis/portcullis/internal/testutil"
 	"github.com/portcullis/portcullis/policies"
+	"github.com/portcullis/portcullis/tools"
+	exectool "github.com/portcullis/portcullis/tools/exec"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -32,7 +32,7 @@ decision := {"allow": true, "fs_grants": [{"path": "/usr", "mode": "r"}], "netwo
 
 // benchExecServer is the whole gateway around a real Exec tool on runner,
 // with durable evidence in an embedded store.
-func benchExecServer(b *testing.B, runner exectool.Runner) http.Handler {
+func benchExecServer(b *testing.B, runner backends.Runner) http.Handler {
 	b.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "evidence.db"))
@@ -49,26 +49,9 @@ func benchExecServer(b *testing.B, runner exectool.Runner) http.Handler {
 	return New(Options{
 		Keys:   []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
 		Policy: engine, Evidence: w, Receipts: st,
-		Tools:   []backends.Tool{exectool.New(exectool.Options{Runner: runner})},
+		Tools:   []tools.Tool{exectool.New(exectool.Options{Runner: runner})},
 		OpenAPI: OpenAPIDocument,
 	}).Handler()
-}
-
-// medianMS runs fn b.N times and reports the median: on a shared 2-core
-// machine the mean is dominated by neighbours.
-func medianMS(b *testing.B, fn func() error) {
-	b.Helper()
-	d := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		if err := fn(); err != nil {
-			b.Fatal(err)
-		}
-		d = append(d, time.Since(t0))
-	}
-	slices.Sort(d)
-	b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, "median-ms")
 }
 
 func execTrue(h http.Handler) error {
@@ -88,11 +71,11 @@ func execTrue(h http.Handler) error {
 // BenchmarkBareBwrapTrue in the same run for the sandbox's own cost.
 func BenchmarkExecTrue(b *testing.B) {
 	b.Run("fork-exec", func(b *testing.B) {
-		medianMS(b, func() error { return exec.Command("/bin/true").Run() })
+		testutil.MedianMS(b, func() error { return exec.Command("/bin/true").Run() })
 	})
 	b.Run("gateway-process", func(b *testing.B) {
 		h := benchExecServer(b, process.New(process.Options{}))
-		medianMS(b, func() error { return execTrue(h) })
+		testutil.MedianMS(b, func() error { return execTrue(h) })
 	})
 	b.Run("gateway-bwrap", func(b *testing.B) {
 		r := bwrap.New(bwrap.Options{})
@@ -100,7 +83,7 @@ func BenchmarkExecTrue(b *testing.B) {
 			b.Skipf("bwrap unusable: %v", err)
 		}
 		h := benchExecServer(b, r)
-		medianMS(b, func() error { return execTrue(h) })
+		testutil.MedianMS(b, func() error { return execTrue(h) })
 	})
 }
 
@@ -113,7 +96,7 @@ func BenchmarkCallLatency(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = st.Close() })
 	h := benchServer(b, st).Handler()
-	medianMS(b, func() error {
+	testutil.MedianMS(b, func() error {
 		req := httptest.NewRequest(http.MethodPost, "/v1/tool-calls", strings.NewReader(`{"tool":"Count","input":{}}`))
 		req.Header.Set("Authorization", "Bearer "+agentKey)
 		rec := httptest.NewRecorder()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"github.com/portcullis/portcullis/backends/fstool"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,13 +14,15 @@ import (
 	"testing/fstest"
 	"time"
 
+	fstool "github.com/portcullis/portcullis/tools/fs"
+
 	"github.com/jackc/pgx/v5"
 
-	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/postgres"
 	"github.com/portcullis/portcullis/evidence/sqlite"
 	"github.com/portcullis/portcullis/policies"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -36,12 +37,12 @@ decision := {"allow": true, "reasons": [], "limits": {"timeout_s": 5}} if {
 }
 `
 
-func benchServer(b *testing.B, store evidence.Store, tools ...backends.Tool) *Server {
+func benchServer(b *testing.B, store evidence.Store, extra ...tools.Tool) *Server {
 	b.Helper()
-	return benchServerPolicy(b, store, benchPolicy, append([]backends.Tool{&countingTool{}}, tools...)...)
+	return benchServerPolicy(b, store, benchPolicy, append([]tools.Tool{&countingTool{}}, extra...)...)
 }
 
-func benchServerPolicy(b *testing.B, store evidence.Store, policy string, tools ...backends.Tool) *Server {
+func benchServerPolicy(b *testing.B, store evidence.Store, policy string, extra ...tools.Tool) *Server {
 	b.Helper()
 	engine := policies.NewEngine(policies.Options{})
 	if _, err := engine.Load(context.Background(), fstest.MapFS{"portcullis/bench.rego": {Data: []byte(policy)}}, "bench"); err != nil {
@@ -51,7 +52,7 @@ func benchServerPolicy(b *testing.B, store evidence.Store, policy string, tools 
 	b.Cleanup(func() { _ = w.Close(context.Background()) })
 	return New(Options{
 		Keys:   []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
-		Policy: engine, Evidence: w, Receipts: store, Tools: tools,
+		Policy: engine, Evidence: w, Receipts: store, Tools: extra,
 		InstanceID: "bench", OpenAPI: OpenAPIDocument,
 	})
 }

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -109,7 +109,7 @@ func edgeServerMax(t *testing.T, pol Decider, trusted []*net.IPNet, logs io.Writ
 	tool := &countingTool{}
 	s := New(Options{
 		Keys:   []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
-		Policy: pol, Evidence: ev, Receipts: ev, Tools: []backends.Tool{tool},
+		Policy: pol, Evidence: ev, Receipts: ev, Tools: []tools.Tool{tool},
 		InstanceID: "test", MaxBodyBytes: maxBody, OpenAPI: OpenAPIDocument, TrustedProxies: trusted,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 	})

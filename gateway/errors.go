@@ -12,31 +12,64 @@ import (
 	"github.com/portcullis/portcullis/wire"
 )
 
-// statusOf maps a contract code to its HTTP status: the one table the whole
-// API answers from (in the manner of upspin's errors.Kind).
+// answer is how one contract code is answered: its HTTP status, and how
+// MCP reports a tools/call refused with it.
+type answer struct {
+	status int
+	// rpc is the JSON-RPC error code MCP answers a tools/call refused
+	// with this code; 0 means the refusal is a tool result with isError,
+	// for the model to read and correct its call (the MCP spec's split
+	// between protocol errors and tool errors).
+	rpc int
+}
+
+// codeTable is the one table from a contract code to its answer (in the
+// manner of upspin's errors.Kind). Every code in wire.Codes has a row
+// (TestCodeTable); a code without one answers as internal.
+var codeTable = map[wire.Code]answer{
+	wire.CodeUnauthenticated:     {status: http.StatusUnauthorized},
+	wire.CodeForbidden:           {status: http.StatusForbidden},
+	wire.CodeInvalidInput:        {status: http.StatusBadRequest},
+	wire.CodeUnknownTool:         {status: http.StatusNotFound, rpc: rpcInvalidParams},
+	wire.CodePermissionDenied:    {status: http.StatusForbidden},
+	wire.CodeFSDenied:            {status: http.StatusForbidden},
+	wire.CodeNetworkDenied:       {status: http.StatusForbidden},
+	wire.CodeSandboxViolation:    {status: http.StatusForbidden},
+	wire.CodeNotFound:            {status: http.StatusNotFound},
+	wire.CodePreconditionFailed:  {status: http.StatusPreconditionFailed},
+	wire.CodeInvalidFrontmatter:  {status: http.StatusUnprocessableEntity},
+	wire.CodeReadLimit:           {status: http.StatusRequestEntityTooLarge},
+	wire.CodeWriteLimit:          {status: http.StatusRequestEntityTooLarge},
+	wire.CodeTooLarge:            {status: http.StatusRequestEntityTooLarge},
+	wire.CodeTimeout:             {status: http.StatusGatewayTimeout},
+	wire.CodeEvidenceUnavailable: {status: http.StatusServiceUnavailable},
+	wire.CodeSandboxUnavailable:  {status: http.StatusServiceUnavailable},
+	wire.CodeBackendUnavailable:  {status: http.StatusServiceUnavailable},
+	wire.CodeInternal:            {status: http.StatusInternalServerError},
+}
+
+// statusOf is code's HTTP status (codeTable).
 func statusOf(code wire.Code) int {
-	switch code {
-	case wire.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case wire.CodeForbidden, wire.CodePermissionDenied, wire.CodeFSDenied,
-		wire.CodeNetworkDenied, wire.CodeSandboxViolation:
-		return http.StatusForbidden
-	case wire.CodeInvalidInput:
-		return http.StatusBadRequest
-	case wire.CodeUnknownTool, wire.CodeNotFound:
-		return http.StatusNotFound
-	case wire.CodePreconditionFailed:
-		return http.StatusPreconditionFailed
-	case wire.CodeInvalidFrontmatter:
-		return http.StatusUnprocessableEntity
-	case wire.CodeTooLarge, wire.CodeReadLimit, wire.CodeWriteLimit:
-		return http.StatusRequestEntityTooLarge
-	case wire.CodeTimeout:
-		return http.StatusGatewayTimeout
-	case wire.CodeEvidenceUnavailable, wire.CodeSandboxUnavailable, wire.CodeBackendUnavailable:
-		return http.StatusServiceUnavailable
-	default:
-		return http.StatusInternalServerError
+	if a, ok := codeTable[code]; ok {
+		return a.status
+	}
+	return http.StatusInternalServerError
+}
+
+// mcpRPCCode is the JSON-RPC error code of a tools/call refused with
+// code, or 0 when MCP reports it as a tool result with isError (codeTable).
+func mcpRPCCode(code wire.Code) int { return codeTable[code].rpc }
+
+// logCause logs what a contract error leaving the gateway does not tell
+// its client: the cause it wraps (wire.Wrap), and for internal errors the
+// error itself. Called once, where the error leaves (errorHandler, the
+// pipeline's answer).
+func (s *Server) logCause(ctx context.Context, we *wire.Error, attrs ...any) {
+	switch {
+	case we.Err != nil:
+		s.log.ErrorContext(ctx, "request failed", append(attrs, "code", we.Code, "op", we.Op, "err", we.Err)...)
+	case we.Code == wire.CodeInternal:
+		s.log.ErrorContext(ctx, "request failed", append(attrs, "code", we.Code, "err", we.Message)...)
 	}
 }
 
@@ -58,7 +91,7 @@ func toWireError(err error) *wire.Error {
 	case errors.Is(err, evidence.ErrHoldReleased):
 		return wire.Errorf(wire.CodePreconditionFailed, "the legal hold is already released; place a new hold to hold the evidence again")
 	case errors.Is(err, evidence.ErrUnavailable):
-		return wire.Errorf(wire.CodeEvidenceUnavailable, "the evidence store is unavailable; nothing was run; retry later")
+		return wire.Wrap(wire.CodeEvidenceUnavailable, "evidence", err, "the evidence store is unavailable; nothing was run; retry later")
 	case errors.Is(err, evidence.ErrNotFound):
 		return wire.Errorf(wire.CodeNotFound, "no such receipt")
 	case errors.Is(err, evidence.ErrBadFilter):
@@ -66,7 +99,7 @@ func toWireError(err error) *wire.Error {
 	case errors.Is(err, evidence.ErrBadCursor):
 		return wire.FieldError(wire.CodeInvalidInput, "cursor", "cursor is not one this gateway issued; pass next_cursor unchanged")
 	case errors.Is(err, context.DeadlineExceeded):
-		return wire.Errorf(wire.CodeTimeout, "the request took too long")
+		return wire.Wrap(wire.CodeTimeout, "gateway", err, "the request took too long")
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
@@ -83,7 +116,7 @@ func toWireError(err error) *wire.Error {
 			return wire.Errorf(wire.CodeInvalidInput, "bad request")
 		}
 	}
-	return wire.Errorf(wire.CodeInternal, "internal error")
+	return wire.Wrap(wire.CodeInternal, "gateway", err, "internal error")
 }
 
 // errorHandler is echo's HTTPErrorHandler: every failure outside the tool-call
@@ -94,13 +127,28 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		return
 	}
 	we := toWireError(err)
-	if we.Code == wire.CodeInternal {
-		s.log.ErrorContext(c.Request().Context(), "request failed", "err", err, "path", c.Path(), "request_id", requestID(c))
-	}
+	s.logCause(c.Request().Context(), we, "path", c.Path(), "request_id", requestID(c))
 	status := statusOf(we.Code)
+	if c.Request().Method == http.MethodPost && s.toolCallRoutes[c.Path()] {
+		// Every answer of a tool-call route is a ToolCallResponse,
+		// failures before the pipeline (authentication) included, so
+		// SDKs parse one shape.
+		_ = c.JSON(status, wire.ToolCallResponse{Output: failed(we, nil)})
+		return
+	}
 	if c.Request().Method == http.MethodHead {
 		_ = c.NoContent(status)
 		return
 	}
 	_ = c.JSON(status, wire.ErrorBody{Error: we})
+}
+
+// toolCallRoute registers a POST route whose every answer, error or not,
+// is a ToolCallResponse (s.toolCallRoutes, read by errorHandler).
+func (s *Server) toolCallRoute(e *echo.Echo, path string, h echo.HandlerFunc) {
+	if s.toolCallRoutes == nil {
+		s.toolCallRoutes = map[string]bool{}
+	}
+	s.toolCallRoutes[path] = true
+	e.POST(path, h)
 }

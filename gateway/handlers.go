@@ -10,66 +10,47 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
-	"github.com/portcullis/portcullis/backends"
-	"github.com/portcullis/portcullis/backends/tsdecl"
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/tools"
+	"github.com/portcullis/portcullis/tools/coderun/tsdecl"
 	"github.com/portcullis/portcullis/wire"
 )
 
-// dryRun is POST /v1/decisions: validation, decision and enforcement exactly
-// as a call would get them, without evidence and without running anything.
-// The context is marked a dry run (backends.WithDryRun): with no receipt
-// written, the tools must not do anything observable from outside either
-// (http.get resolves no name), or the dry run would be an unrecorded
-// channel out.
+// dryRun is POST /v1/decisions: the admit steps a call takes (validate,
+// decide, enforce: admit, the same code and spans), then stop, without
+// evidence and without running anything. The context is marked a dry run
+// (tools.WithDryRun): with no receipt written, the tools must not do
+// anything observable from outside either (http.get resolves no name), or
+// the dry run would be an unrecorded channel out.
 func (s *Server) dryRun(c echo.Context) error {
-	ctx := backends.WithDryRun(c.Request().Context())
-	p, _ := principalOf(c)
-	body, we := s.readBody(c)
-	var req wire.ToolCallRequest
-	if we == nil {
-		we = parseToolCall(body, &req)
+	ctx := tools.WithDryRun(c.Request().Context())
+	in := s.readCall(c)
+	if in.refused != nil {
+		return in.refused
 	}
+	tool, we := s.findTool(in.req.Tool)
 	if we != nil {
 		return we
 	}
-	tool, ok := s.lookupTool(req.Tool)
-	if !ok {
-		return unknownTool(req.Tool)
+	a, stop := s.admit(ctx, in.principal, tool, in.req, wire.PurposeDryRun)
+	if stop != nil && (stop.step == "validate" || stop.step == "decide") {
+		return stop.err // no decision to show: bad input, or no policy answer
 	}
-	req.Tool = tool.Name()
-	call, err := tool.Prepare(ctx, req.Input)
-	if err != nil {
-		return toWireError(err)
-	}
-	dec, err := s.decide(ctx, p, tool.Name(), wire.PurposeDryRun, call.Args(), call.Resolved(), req)
-	if err != nil {
-		if we, ok := err.(*wire.Error); ok { // no policy active yet (edge.go)
-			return we
-		}
-		s.log.ErrorContext(ctx, "policy evaluation failed", "err", err)
-		return wire.Errorf(wire.CodeInternal, "policy evaluation failed")
-	}
-	resp := wire.DryRunResponse{Decision: dec}
-	if dec.Reasons == nil {
+	resp := wire.DryRunResponse{Decision: a.decision}
+	if a.decision.Reasons == nil {
 		resp.Decision.Reasons = []string{}
 	}
-	if !dec.Allow {
-		resp.Explanation = s.explain(ctx, p, tool.Name(), call.Args(), call.Resolved(), req)
-	}
-	if !dec.Allow {
-		resp.Error = &wire.Error{Code: wire.CodePermissionDenied, Message: denyMessage(tool.Name(), dec.Reasons), Details: map[string]any{"reasons": nonNil(dec.Reasons)}}
+	if stop != nil {
+		if stop.step == "deny" {
+			resp.Explanation = s.explain(ctx, in.principal, tool.Name(), a.call.Args(), a.call.Resolved(), in.req)
+		}
+		resp.Error = stop.err
 		return c.JSON(http.StatusOK, resp)
 	}
-	scope, err := call.Enforce(ctx, dec)
-	if err != nil {
-		resp.Error = toWireError(err)
-		return c.JSON(http.StatusOK, resp)
-	}
-	if r, ok := call.(backends.Releaser); ok {
+	if r, ok := a.call.(tools.Releaser); ok {
 		r.Release() // a dry run never runs
 	}
-	resp.Scope = &scope
+	resp.Scope = &a.scope
 	return c.JSON(http.StatusOK, resp)
 }
 

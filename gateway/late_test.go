@@ -14,8 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -157,7 +157,7 @@ func TestLateOutcomes(t *testing.T) {
 			tool := &countingTool{}
 			s := New(Options{
 				Keys:   []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
-				Policy: fakePolicy{allow: true}, Evidence: st, Receipts: st, Tools: []backends.Tool{tool},
+				Policy: fakePolicy{allow: true}, Evidence: st, Receipts: st, Tools: []tools.Tool{tool},
 				InstanceID: "test", Registry: reg, Now: func() time.Time { return time.Unix(0, now.Load()) },
 			})
 			ts := httptest.NewServer(s.Handler())
@@ -238,7 +238,7 @@ func TestLateOutcomesStoreStillFailing(t *testing.T) {
 	now.Store(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC).UnixNano())
 	s := New(Options{
 		Keys:   []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
-		Policy: fakePolicy{allow: true}, Evidence: st, Receipts: st, Tools: []backends.Tool{tool}, InstanceID: "test",
+		Policy: fakePolicy{allow: true}, Evidence: st, Receipts: st, Tools: []tools.Tool{tool}, InstanceID: "test",
 		Now: func() time.Time { return time.Unix(0, now.Load()) },
 	})
 	ts := httptest.NewServer(s.Handler())
@@ -278,9 +278,9 @@ func TestLateOutcomesFloodKeepsKnown(t *testing.T) {
 	st := newFlakyStore()
 	s := New(Options{Policy: fakePolicy{allow: true}, Evidence: st, Receipts: st, InstanceID: "test"})
 	ran := evidence.Event{ID: uuid.New(), ReceiptID: uuid.New(), Kind: evidence.KindOutcome, Outcome: &wire.Outcome{Status: wire.StatusSucceeded}}
-	s.queueLate(ran, false)
+	s.late.Queue(ran, false)
 	for range evidence.LateMax + 5 {
-		s.queueLate(s.notRunOutcome(&record{id: uuid.New()}), true)
+		s.late.Queue(evidence.NotRunOutcome(uuid.New(), s.opts.InstanceID, s.opts.Now()), true)
 	}
 	known, maybe := s.late.Pending()
 	if known != 1 {

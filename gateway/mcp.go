@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"mime"
 	"net/http"
 	"net/url"
@@ -149,10 +148,10 @@ func (s *Server) mcpDelete(c echo.Context) error {
 	p, _ := principalOf(c)
 	id := c.Request().Header.Get(headerMCPSession)
 	if id == "" {
-		return rpcFail(c, http.StatusBadRequest, nil, rpcInvalidRequest, "Mcp-Session-Id header is required to end a session")
+		return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, headerMCPSession, "Mcp-Session-Id header is required to end a session"))
 	}
 	if !s.mcp.close(id, p.ID) {
-		return rpcFail(c, http.StatusNotFound, nil, rpcInvalidRequest, "session not found; it has ended or expired")
+		return rpcFail(c, nil, rpcInvalidRequest, wire.Errorf(wire.CodeNotFound, "session not found; it has ended or expired"))
 	}
 	return c.NoContent(http.StatusNoContent)
 }
@@ -161,63 +160,62 @@ func (s *Server) mcpDelete(c echo.Context) error {
 func (s *Server) mcpPost(c echo.Context) error {
 	r := c.Request()
 	if mt, _, err := mime.ParseMediaType(r.Header.Get(echo.HeaderContentType)); err != nil || mt != echo.MIMEApplicationJSON {
-		return rpcFail(c, http.StatusUnsupportedMediaType, nil, rpcInvalidRequest, "Content-Type must be application/json")
+		return negotiationFail(c, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
 	}
 	if !acceptsJSON(r.Header.Values(echo.HeaderAccept)) {
-		return rpcFail(c, http.StatusNotAcceptable, nil, rpcInvalidRequest, "Accept must admit application/json (this server answers every request with one JSON body)")
+		return negotiationFail(c, http.StatusNotAcceptable, "Accept must admit application/json (this server answers every request with one JSON body)")
 	}
 	body, we := s.readBody(c)
 	if we != nil {
-		status := statusOf(we.Code)
-		return rpcFail(c, status, nil, rpcInvalidRequest, we.Message)
+		return rpcFail(c, nil, rpcInvalidRequest, we)
 	}
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) > 0 && trimmed[0] == '[' {
-		return rpcFail(c, http.StatusBadRequest, nil, rpcInvalidRequest, "JSON-RPC batches are not supported; send one message per request")
+		return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "body", "JSON-RPC batches are not supported; send one message per request"))
 	}
 	if !json.Valid(body) {
-		return rpcFail(c, http.StatusBadRequest, nil, rpcParseError, "parse error: the body is not one valid JSON value")
+		return rpcFail(c, nil, rpcParseError, wire.FieldError(wire.CodeInvalidInput, "body", "parse error: the body is not one valid JSON value"))
 	}
 	var msg rpcMessage
 	if err := json.Unmarshal(body, &msg); err != nil {
-		return rpcFail(c, http.StatusBadRequest, nil, rpcInvalidRequest, "not a JSON-RPC 2.0 message: send an object with jsonrpc, method and (for requests) id")
+		return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "body", "not a JSON-RPC 2.0 message: send an object with jsonrpc, method and (for requests) id"))
 	}
 	if msg.JSONRPC != "2.0" {
-		return rpcFail(c, http.StatusBadRequest, validID(msg.ID), rpcInvalidRequest, `jsonrpc must be "2.0"`)
+		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "jsonrpc", `jsonrpc must be "2.0"`))
 	}
 	isRequest := len(msg.ID) > 0 && string(msg.ID) != "null"
 	if isRequest && validID(msg.ID) == nil {
-		return rpcFail(c, http.StatusBadRequest, nil, rpcInvalidRequest, "id must be a string or an integer")
+		return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "id", "id must be a string or an integer"))
 	}
 	if msg.Method == "" {
 		if len(msg.Result) > 0 || len(msg.Error) > 0 {
 			// A response to a server request; this server sends none.
 			return c.NoContent(http.StatusAccepted)
 		}
-		return rpcFail(c, http.StatusBadRequest, validID(msg.ID), rpcInvalidRequest, "method is required")
+		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "method", "method is required"))
 	}
 
 	p, _ := principalOf(c)
 	if msg.Method == "initialize" {
 		if !isRequest {
-			return rpcFail(c, http.StatusBadRequest, nil, rpcInvalidRequest, "initialize must be a request with an id")
+			return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "id", "initialize must be a request with an id"))
 		}
 		return s.mcpInitialize(c, p, msg)
 	}
 
 	id := r.Header.Get(headerMCPSession)
 	if id == "" {
-		return rpcFail(c, http.StatusBadRequest, validID(msg.ID), rpcInvalidRequest, "Mcp-Session-Id header is required; call initialize first")
+		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, headerMCPSession, "Mcp-Session-Id header is required; call initialize first"))
 	}
 	sess, ok := s.mcp.get(id, p.ID)
 	if !ok {
-		return rpcFail(c, http.StatusNotFound, validID(msg.ID), rpcInvalidRequest, "session not found; it has ended or expired: initialize a new one")
+		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.Errorf(wire.CodeNotFound, "session not found; it has ended or expired: initialize a new one"))
 	}
 	// A request without MCP-Protocol-Version is from a 2025-03-26 client
 	// (the spec's default), which this server serves as negotiated.
 	if v := r.Header.Get(headerMCPProtocol); v != "" && !slices.Contains(mcpVersions, v) {
-		return rpcFail(c, http.StatusBadRequest, validID(msg.ID), rpcInvalidRequest,
-			fmt.Sprintf("unsupported MCP-Protocol-Version %q; supported: %s", truncate(v, 40), strings.Join(mcpVersions, ", ")))
+		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, headerMCPProtocol,
+			"unsupported MCP-Protocol-Version %q; supported: %s", truncate(v, 40), strings.Join(mcpVersions, ", ")))
 	}
 	if !isRequest {
 		// notifications/initialized, notifications/cancelled ...: nothing
@@ -235,7 +233,7 @@ func (s *Server) mcpPost(c echo.Context) error {
 	case "tools/call":
 		result, rerr = s.mcpToolsCall(r.Context(), p, sess, msg.Params)
 	default:
-		rerr = &rpcError{Code: rpcMethodNotFound, Message: fmt.Sprintf("method %q not found; this server offers tools (tools/list, tools/call) and ping", truncate(msg.Method, 100))}
+		rerr = rpcErrorOf(rpcMethodNotFound, wire.FieldError(wire.CodeInvalidInput, "method", "method %q not found; this server offers tools (tools/list, tools/call) and ping", truncate(msg.Method, 100)))
 	}
 	resp := rpcResponse{JSONRPC: "2.0", ID: msg.ID, Result: result, Error: rerr}
 	if rerr != nil {
@@ -253,11 +251,11 @@ func (s *Server) mcpInitialize(c echo.Context, p wire.Principal, msg rpcMessage)
 	}
 	if len(msg.Params) > 0 {
 		if err := json.Unmarshal(msg.Params, &params); err != nil {
-			return rpcFail(c, http.StatusOK, msg.ID, rpcInvalidParams, "initialize params must be an object with protocolVersion")
+			return rpcAnswer(c, msg.ID, rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params", "initialize params must be an object with protocolVersion"))
 		}
 	}
 	if params.ProtocolVersion == "" {
-		return rpcFail(c, http.StatusOK, msg.ID, rpcInvalidParams, "initialize params.protocolVersion is required")
+		return rpcAnswer(c, msg.ID, rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params.protocolVersion", "initialize params.protocolVersion is required"))
 	}
 	version := mcpVersions[0]
 	if slices.Contains(mcpVersions, params.ProtocolVersion) {
@@ -265,7 +263,7 @@ func (s *Server) mcpInitialize(c echo.Context, p wire.Principal, msg rpcMessage)
 	}
 	sess, ok := s.mcp.open(p.ID, version)
 	if !ok {
-		return rpcFail(c, http.StatusServiceUnavailable, msg.ID, rpcInternalError, "too many open MCP sessions on this gateway; retry later")
+		return rpcFail(c, msg.ID, rpcInternalError, wire.Errorf(wire.CodeBackendUnavailable, "too many open MCP sessions on this gateway; retry later"))
 	}
 	c.Response().Header().Set(headerMCPSession, sess.id)
 	return c.JSON(http.StatusOK, rpcResponse{JSONRPC: "2.0", ID: msg.ID, Result: map[string]any{
@@ -283,7 +281,7 @@ func (s *Server) mcpInitialize(c echo.Context, p wire.Principal, msg rpcMessage)
 func (s *Server) mcpToolsList(ctx context.Context, p wire.Principal) (any, *rpcError) {
 	tools, err := s.visibleTools(ctx, p)
 	if err != nil {
-		return nil, &rpcError{Code: rpcInternalError, Message: "policy evaluation failed"}
+		return nil, rpcErrorOf(rpcInternalError, wire.Wrap(wire.CodeInternal, "mcp: tools/list", err, "policy evaluation failed"))
 	}
 	out := make([]mcpTool, 0, len(tools))
 	for _, t := range tools {
@@ -304,10 +302,10 @@ func (s *Server) mcpToolsCall(ctx context.Context, p wire.Principal, sess *mcpSe
 		Meta      map[string]any  `json:"_meta"`
 	}
 	if len(raw) == 0 || json.Unmarshal(raw, &params) != nil {
-		return nil, &rpcError{Code: rpcInvalidParams, Message: "tools/call params must be an object with name and arguments"}
+		return nil, rpcErrorOf(rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params", "tools/call params must be an object with name and arguments"))
 	}
 	if params.Name == "" {
-		return nil, &rpcError{Code: rpcInvalidParams, Message: "tools/call params.name is required"}
+		return nil, rpcErrorOf(rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params.name", "tools/call params.name is required"))
 	}
 	args := params.Arguments
 	if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
@@ -327,15 +325,11 @@ func (s *Server) mcpToolsCall(ctx context.Context, p wire.Principal, sess *mcpSe
 		}
 		ctx = propagation.TraceContext{}.Extract(ctx, carrier)
 	}
-	body, err := json.Marshal(req)
+	in, err := s.typedCall(p, req, nil, 0)
 	if err != nil {
-		return nil, &rpcError{Code: rpcInvalidParams, Message: "tools/call arguments are not JSON"}
+		return nil, rpcErrorOf(rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params.arguments", "tools/call arguments are not JSON"))
 	}
-	var we *wire.Error
-	if int64(len(body)) > s.opts.MaxBodyBytes {
-		we = tooLarge(s.opts.MaxBodyBytes)
-	}
-	status, resp := s.governedCall(ctx, p, body, we, nil, 0)
+	status, resp := s.governedCall(ctx, in)
 	meta := map[string]any{"portcullis/status": status}
 	if resp.ReceiptID != "" {
 		meta["portcullis/receipt_id"] = resp.ReceiptID
@@ -343,15 +337,16 @@ func (s *Server) mcpToolsCall(ctx context.Context, p wire.Principal, sess *mcpSe
 	if resp.Decision != nil {
 		meta["portcullis/decision"] = resp.Decision
 	}
-	if resp.Output.Error != nil && resp.Output.Error.Code == wire.CodeUnknownTool {
-		// The spec makes an unknown tool a protocol error, not a result
-		// for the model; the refusal still has its receipt.
-		return nil, &rpcError{Code: rpcInvalidParams, Message: resp.Output.Error.Message, Data: map[string]any{
-			"code": resp.Output.Error.Code, "receipt_id": resp.ReceiptID}}
+	if we := resp.Output.Error; we != nil && mcpRPCCode(we.Code) != 0 {
+		// The spec makes some refusals (an unknown tool) protocol errors,
+		// not results for the model (codeTable); the refusal still has
+		// its receipt.
+		return nil, &rpcError{Code: mcpRPCCode(we.Code), Message: we.Message, Data: map[string]any{
+			"code": we.Code, "receipt_id": resp.ReceiptID}}
 	}
 	text, err := json.Marshal(resp.Output)
 	if err != nil {
-		return nil, &rpcError{Code: rpcInternalError, Message: "could not encode the tool output"}
+		return nil, rpcErrorOf(rpcInternalError, wire.Wrap(wire.CodeInternal, "mcp: encode output", err, "could not encode the tool output"))
 	}
 	out := mcpCallResult{Content: []mcpContent{{Type: "text", Text: string(text)}}, IsError: !resp.Output.Success, Meta: meta}
 	if sess.version != "2025-03-26" {
@@ -399,10 +394,51 @@ func validID(id json.RawMessage) json.RawMessage {
 	return nil
 }
 
-// rpcFail answers a JSON-RPC error with an HTTP status.
-func rpcFail(c echo.Context, status int, id json.RawMessage, code int, msg string) error {
+// MCP errors are contract errors too: each reply below is built from a
+// *wire.Error, whose code gives the HTTP status (codeTable) of a request
+// the transport refused; the JSON-RPC code says which layer refused it
+// (parse, request, method, params, internal). Errors inside an answered
+// request (rpcAnswer, and the results of tools/list and tools/call) are
+// HTTP 200, as JSON-RPC has them.
+
+// rpcErrorOf is the JSON-RPC error with code rpc for the contract error we:
+// its message, never its cause.
+func rpcErrorOf(rpc int, we *wire.Error) *rpcError {
+	return &rpcError{Code: rpc, Message: we.Message}
+}
+
+// rpcFail answers a request the transport refused: the HTTP status of
+// we's code, and a JSON-RPC error.
+func rpcFail(c echo.Context, id json.RawMessage, rpc int, we *wire.Error) error {
+	return rpcReply(c, statusOf(we.Code), id, rpcErrorOf(rpc, we))
+}
+
+// rpcAnswer answers a request with a JSON-RPC error, HTTP 200.
+func rpcAnswer(c echo.Context, id json.RawMessage, rpc int, we *wire.Error) error {
+	return rpcReply(c, http.StatusOK, id, rpcErrorOf(rpc, we))
+}
+
+// negotiationFail answers a request refused by HTTP content negotiation
+// (415, 406): statuses HTTP defines for exactly this, which no contract
+// code has, answered before there is a JSON-RPC message to speak of.
+func negotiationFail(c echo.Context, status int, msg string) error {
+	return rpcReply(c, status, nil, &rpcError{Code: rpcInvalidRequest, Message: msg})
+}
+
+func rpcReply(c echo.Context, status int, id json.RawMessage, e *rpcError) error {
 	if id == nil {
 		id = json.RawMessage("null")
 	}
-	return c.JSON(status, rpcResponse{JSONRPC: "2.0", ID: id, Error: &rpcError{Code: code, Message: msg}})
+	return c.JSON(status, rpcResponse{JSONRPC: "2.0", ID: id, Error: e})
+}
+
+// mcpRoutes registers the MCP (Streamable HTTP) endpoint. Authentication is
+// the global bearer-key middleware (/mcp is not public); the agent role is
+// required as for the REST tool routes.
+func (s *Server) mcpRoutes(e *echo.Echo) {
+	s.mcp = newMCPSessions(s.opts.Now)
+	guard := []echo.MiddlewareFunc{s.checkOrigin, s.require(wire.RoleAgent)}
+	e.POST("/mcp", s.mcpPost, guard...)
+	e.GET("/mcp", s.mcpGet, guard...)
+	e.DELETE("/mcp", s.mcpDelete, guard...)
 }

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -213,7 +213,7 @@ func TestMCPSessionsAndAuth(t *testing.T) {
 	s := New(Options{
 		Keys: []Key{key(agentKey, "agent-1", wire.RoleAgent), key("agent-2-key", "agent-2", wire.RoleAgent),
 			key(auditorKey, "auditor-1", wire.RoleAuditor)},
-		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []backends.Tool{tool},
+		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{tool},
 		MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument, MCPAllowedOrigins: []string{"https://Console.Example.com:443"},
 	})
 	ts := httptest.NewServer(s.Handler())

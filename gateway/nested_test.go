@@ -7,8 +7,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -17,7 +17,7 @@ import (
 type nestingTool struct{ countingTool }
 
 func (t *nestingTool) Name() string { return "Nest" }
-func (t *nestingTool) Prepare(_ context.Context, in json.RawMessage) (backends.Call, error) {
+func (t *nestingTool) Prepare(_ context.Context, in json.RawMessage) (tools.Call, error) {
 	return &nestingCall{}, nil
 }
 
@@ -27,13 +27,13 @@ func (c *nestingCall) Args() map[string]any { return map[string]any{} }
 func (c *nestingCall) Enforce(context.Context, wire.Decision) (wire.Scope, error) {
 	return wire.Scope{Backend: "test"}, nil
 }
-func (c *nestingCall) Run(ctx context.Context, _ wire.Scope) backends.Result {
-	d, ok := backends.DispatcherFrom(ctx)
+func (c *nestingCall) Run(ctx context.Context, _ wire.Scope) tools.Result {
+	d, ok := tools.DispatcherFrom(ctx)
 	if !ok {
-		return backends.Result{Status: wire.StatusError, Output: wire.ToolOutput{Error: wire.Errorf(wire.CodeInternal, "no dispatcher")}}
+		return tools.Result{Status: wire.StatusError, Output: wire.ToolOutput{Error: wire.Errorf(wire.CodeInternal, "no dispatcher")}}
 	}
 	status, resp := d.Dispatch(ctx, "Count", json.RawMessage(`{}`))
-	return backends.Result{Status: wire.StatusSucceeded, Output: wire.ToolOutput{Success: true,
+	return tools.Result{Status: wire.StatusSucceeded, Output: wire.ToolOutput{Success: true,
 		Data: map[string]any{"status": status, "receipt": resp.ReceiptID, "nested_ok": resp.Output.Success}, Metadata: map[string]any{}}}
 }
 
@@ -44,7 +44,7 @@ func TestNestedCallsAreGovernedAndLinked(t *testing.T) {
 	s := New(Options{
 		Keys:   []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
 		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev,
-		Tools: []backends.Tool{count, &nestingTool{}}, OpenAPI: OpenAPIDocument,
+		Tools: []tools.Tool{count, &nestingTool{}}, OpenAPI: OpenAPIDocument,
 	})
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()

@@ -1,18 +1,13 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -20,24 +15,20 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
-
-var errTrailing = errors.New("trailing data after the JSON object")
-
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 
 // record gathers what a receipt says about one call as the pipeline learns it.
 type record struct {
 	parent    *uuid.UUID // the receipt of the call that made this one (code.run)
 	depth     int        // nesting depth: 0 for a call from an agent
 	id        uuid.UUID
+	idText    string // id, formatted once: span, metadata and answer
 	at        time.Time
 	principal wire.Principal
 	req       wire.ToolCallRequest
-	rawInput  []byte
 	args      map[string]any
 	decision  wire.Decision
 	scope     *wire.Scope
@@ -49,153 +40,252 @@ const maxDepth = 4
 
 // toolCall is POST /v1/tool-calls: the whole governed pipeline.
 func (s *Server) toolCall(c echo.Context) error {
-	p, _ := principalOf(c)
-	body, we := s.readBody(c)
-	status, resp := s.governedCall(c.Request().Context(), p, body, we, nil, 0)
+	status, resp := s.governedCall(c.Request().Context(), s.readCall(c))
 	return writeAnswer(c, status, resp)
 }
 
-// governedCall runs one call through the pipeline: validate, decide,
-// enforce, record the decision durably, run, record the outcome. It answers
-// the HTTP status and the ToolCallResponse; a nested call (parent set) is
-// recorded with its parent's receipt id.
-func (s *Server) governedCall(ctx context.Context, p wire.Principal, body []byte, we *wire.Error, parent *uuid.UUID, depth int) (int, wire.ToolCallResponse) {
-	rec := &record{id: uuid.Must(uuid.NewV7()), at: s.opts.Now().UTC(), principal: p, parent: parent, depth: depth}
+// governedCall runs one call through the pipeline: admit it (validate,
+// decide, enforce), record the decision durably, run, record the outcome.
+// It answers the HTTP status and the ToolCallResponse; a nested call
+// (parent set) is recorded with its parent's receipt id.
+func (s *Server) governedCall(ctx context.Context, in callRequest) (int, wire.ToolCallResponse) {
+	rec := s.newRecord(ctx, in)
+	tool, decision, we := s.admitEnvelope(in)
+	if we != nil {
+		rec.args = bestEffortArgs(in.req.Input)
+		return s.refuse(ctx, rec, decision, we)
+	}
+	// A model-safe name is recorded, decided and traced as the tool's own.
+	in.req.Tool, rec.req.Tool = tool.Name(), tool.Name()
+	ctx, span := s.startCall(ctx, rec, tool)
+	defer span.End()
+
+	a, stop := s.admit(ctx, in.principal, tool, in.req, wire.PurposeCall)
+	rec.decision = a.decision
+	if stop != nil {
+		if a.call != nil {
+			rec.args = a.call.Args()
+		} else {
+			rec.args = bestEffortArgs(in.req.Input)
+		}
+		stop.annotate(&rec.decision)
+		return s.refuse(ctx, rec, stop.decision, stop.err)
+	}
+	rec.args = a.call.Args()
+	rec.scope = &a.scope
+	if status, resp, ok := s.recordDecision(ctx, rec, tool, a.call); !ok {
+		return status, resp
+	}
+	res := s.dispatch(ctx, rec, a)
+	s.recordOutcome(ctx, rec, &res)
+	s.keepResult(ctx, rec, tool.Name(), res) // for read_tool_result (results.go)
+	return s.answerCall(ctx, span, rec, tool, res)
+}
+
+// newRecord starts the receipt of a call: its id, time, caller and trace.
+func (s *Server) newRecord(ctx context.Context, in callRequest) *record {
+	rec := &record{id: uuid.Must(uuid.NewV7()), at: s.opts.Now().UTC(), principal: in.principal,
+		parent: in.parent, depth: in.depth, req: in.req}
+	rec.idText = rec.id.String()
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
 		rec.traceID = sc.TraceID().String()
 	}
-	if we == nil {
-		we = parseToolCall(body, &rec.req)
-	}
-	rec.rawInput = rec.req.Input
-	if we == nil && depth > maxDepth {
-		we = wire.Errorf(wire.CodeInvalidInput, "nested tool calls deeper than %d are refused", maxDepth)
-	}
-	if we != nil {
-		rec.args = bestEffortArgs(rec.req.Input)
-		return s.refuse(ctx, rec, wire.DecisionInvalid, we)
-	}
-	if !p.HasRole(wire.RoleAgent) {
-		rec.args = bestEffortArgs(rec.req.Input)
-		return s.refuse(ctx, rec, wire.DecisionDeny, wire.Errorf(wire.CodeForbidden, "principal %q does not hold the agent role needed to call tools", p.ID))
-	}
-	tool, ok := s.lookupTool(rec.req.Tool)
-	if !ok {
-		rec.args = bestEffortArgs(rec.req.Input)
-		return s.refuse(ctx, rec, wire.DecisionInvalid, unknownTool(rec.req.Tool))
-	}
-	rec.req.Tool = tool.Name() // a model-safe name is recorded as the tool's own
+	return rec
+}
 
-	receiptID := rec.id.String() // formatted once: span, metadata and answer
-	ctx, span := s.tracer.Start(ctx, "execute_tool "+tool.Name(), trace.WithAttributes(
+// admitEnvelope admits the envelope of a call before any tool sees it: not
+// refused at the entrance, not nested too deep, from an agent, naming a
+// tool this gateway has. A refusal says which decision it records.
+func (s *Server) admitEnvelope(in callRequest) (tools.Tool, string, *wire.Error) {
+	if in.refused != nil {
+		return nil, wire.DecisionInvalid, in.refused
+	}
+	if in.depth > maxDepth {
+		return nil, wire.DecisionInvalid, wire.Errorf(wire.CodeInvalidInput, "nested tool calls deeper than %d are refused", maxDepth)
+	}
+	if !in.principal.HasRole(wire.RoleAgent) {
+		return nil, wire.DecisionDeny, wire.Errorf(wire.CodeForbidden, "principal %q does not hold the agent role needed to call tools", in.principal.ID)
+	}
+	tool, we := s.findTool(in.req.Tool)
+	if we != nil {
+		return nil, wire.DecisionInvalid, we
+	}
+	return tool, "", nil
+}
+
+// findTool is the tool named name in either form (lookupTool), or
+// unknown_tool naming nothing but what was sent (unknownTool).
+func (s *Server) findTool(name string) (tools.Tool, *wire.Error) {
+	if tool, ok := s.lookupTool(name); ok {
+		return tool, nil
+	}
+	return nil, unknownTool(name)
+}
+
+// startCall opens the call's span, execute_tool {tool}, under which each
+// step is a child.
+func (s *Server) startCall(ctx context.Context, rec *record, tool tools.Tool) (context.Context, trace.Span) {
+	return s.tracer.Start(ctx, "execute_tool "+tool.Name(), trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "execute_tool"),
 		attribute.String("gen_ai.tool.name", tool.Name()),
 		attribute.String("gen_ai.tool.call.id", rec.req.CallID),
-		attribute.String("portcullis.receipt_id", receiptID),
-		attribute.String("portcullis.principal", p.ID),
+		attribute.String("portcullis.receipt_id", rec.idText),
+		attribute.String("portcullis.principal", rec.principal.ID),
 	))
-	defer span.End()
+}
 
-	call, err := step(ctx, s, "validate", func(ctx context.Context) (backends.Call, error) {
-		return tool.Prepare(ctx, rec.req.Input)
+// admission is what the admit steps found out about a call.
+type admission struct {
+	call     tools.Call    // nil when validation refused it
+	decision wire.Decision // the policy's, as it answered
+	scope    wire.Scope    // the enforced scope, when admitted
+}
+
+// stop is an admit step refusing a call: the contract error, the decision
+// it records, and what it adds to the policy's reasons and rule ids.
+type stop struct {
+	step     string // the step that refused: "validate", "decide", "deny" (the policy's answer) or "enforce"
+	decision string // wire.DecisionInvalid or wire.DecisionDeny
+	err      *wire.Error
+	reasons  []string // replaces the decision's reasons when set
+	ruleIDs  []string // replaces the decision's rule ids when set
+}
+
+// annotate applies what the stop adds to the recorded decision.
+func (st *stop) annotate(d *wire.Decision) {
+	if st.reasons != nil {
+		d.Reasons = st.reasons
+	}
+	if st.ruleIDs != nil {
+		d.RuleIDs = st.ruleIDs
+	}
+}
+
+// admit runs the steps a call and its dry run share, each in its own span:
+// validate (Prepare: strict decode, normalization to real paths), decide
+// (the policy, with the given purpose), enforce (the concrete request
+// against the decision's grants). It stops at the first step that refuses.
+func (s *Server) admit(ctx context.Context, p wire.Principal, tool tools.Tool, req wire.ToolCallRequest, purpose string) (admission, *stop) {
+	var a admission
+	call, err := step(ctx, s, "validate", func(ctx context.Context) (tools.Call, error) {
+		return tool.Prepare(ctx, req.Input)
 	})
 	if err != nil {
-		rec.args = bestEffortArgs(rec.req.Input)
-		return s.refuse(ctx, rec, wire.DecisionInvalid, toWireError(err))
+		return a, &stop{step: "validate", decision: wire.DecisionInvalid, err: toWireError(err)}
 	}
-	rec.args = call.Args()
-
-	dec, err := s.decide(ctx, p, tool.Name(), wire.PurposeCall, call.Args(), call.Resolved(), rec.req)
-	rec.decision = dec
+	a.call = call
+	dec, err := s.decide(ctx, p, tool.Name(), purpose, call.Args(), call.Resolved(), req)
+	a.decision = dec
 	if err != nil {
 		var we *wire.Error
 		if errors.As(err, &we) { // no policy active yet: backend_unavailable (edge.go)
-			return s.refuse(ctx, rec, wire.DecisionDeny, we)
+			return a, &stop{step: "decide", decision: wire.DecisionDeny, err: we}
 		}
-		s.log.ErrorContext(ctx, "policy evaluation failed; denying", "err", err, "receipt_id", rec.id)
-		rec.decision.Reasons = append(rec.decision.Reasons, "policy evaluation failed")
-		return s.refuse(ctx, rec, wire.DecisionDeny, wire.Errorf(wire.CodeInternal, "policy evaluation failed; the call was denied"))
+		s.log.ErrorContext(ctx, "policy evaluation failed; denying", "err", err, "tool", tool.Name())
+		return a, &stop{step: "decide", decision: wire.DecisionDeny, err: wire.Errorf(wire.CodeInternal, "policy evaluation failed; the call was denied"),
+			reasons: append(dec.Reasons, "policy evaluation failed")}
 	}
 	if !dec.Allow {
-		return s.refuse(ctx, rec, wire.DecisionDeny, &wire.Error{Code: wire.CodePermissionDenied,
-			Message: denyMessage(tool.Name(), dec.Reasons), Details: map[string]any{"reasons": nonNil(dec.Reasons)}})
+		return a, &stop{step: "deny", decision: wire.DecisionDeny, err: &wire.Error{Code: wire.CodePermissionDenied,
+			Message: denyMessage(tool.Name(), dec.Reasons), Details: map[string]any{"reasons": nonNil(dec.Reasons)}}}
 	}
 	scope, err := step(ctx, s, "enforce", func(ctx context.Context) (wire.Scope, error) {
 		return call.Enforce(ctx, dec)
 	})
 	if err != nil {
 		we := toWireError(err)
-		rec.decision.Reasons = append(append([]string(nil), dec.Reasons...), "enforcement: "+we.Message)
-		rec.decision.RuleIDs = withRuleID(dec.RuleIDs, "enforce."+string(we.Code))
 		// Some input can only be judged against the grants (an Exec
 		// argv[0] inside them that is not a program): invalid, not denied.
 		decision := wire.DecisionDeny
 		if we.Code == wire.CodeInvalidInput {
 			decision = wire.DecisionInvalid
 		}
-		return s.refuse(ctx, rec, decision, we)
+		return a, &stop{step: "enforce", decision: decision, err: we,
+			reasons: append(append([]string(nil), dec.Reasons...), "enforcement: "+we.Message),
+			ruleIDs: withRuleID(dec.RuleIDs, "enforce."+string(we.Code))}
 	}
-	rec.scope = &scope
+	a.scope = scope
+	return a, nil
+}
 
-	// Write-ahead: the decision is durable before anything runs.
-	if _, err := step(ctx, s, "record_decision", func(ctx context.Context) (struct{}, error) {
+// recordDecision makes the allow decision durable before anything runs
+// (write-ahead). When it cannot, the call is refused evidence_unavailable
+// and never runs: ok is false and status and resp are the answer.
+func (s *Server) recordDecision(ctx context.Context, rec *record, tool tools.Tool, call tools.Call) (int, wire.ToolCallResponse, bool) {
+	_, err := step(ctx, s, "record_decision", func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, s.appendEvents(ctx, s.decisionEvent(rec, wire.DecisionAllow, ""))
-	}); err != nil {
-		if r, ok := call.(backends.Releaser); ok {
-			r.Release()
-		}
-		s.metrics.evidenceFailures.Inc()
-		s.log.ErrorContext(ctx, "decision event not durable; refusing to dispatch", "err", err, "tool", tool.Name())
-		// The commit's result may be unknown (lost with its connection):
-		// should the decision turn up, it gets the outcome "did not run".
-		s.queueLate(s.notRunOutcome(rec), true)
-		we := wire.Errorf(wire.CodeEvidenceUnavailable, "the evidence store is unavailable, so the call was not run; retry later")
-		return statusOf(we.Code), wire.ToolCallResponse{CallID: rec.req.CallID, Decision: s.decisionResult(rec), Output: failed(we, nil)}
+	})
+	if err == nil {
+		return 0, wire.ToolCallResponse{}, true
 	}
+	if r, ok := call.(tools.Releaser); ok {
+		r.Release()
+	}
+	s.metrics.evidenceFailures.Inc()
+	s.log.ErrorContext(ctx, "decision event not durable; refusing to dispatch", "err", err, "tool", tool.Name())
+	// The commit's result may be unknown (lost with its connection):
+	// should the decision turn up, it gets the outcome "did not run".
+	s.late.Queue(evidence.NotRunOutcome(rec.id, s.opts.InstanceID, s.opts.Now()), true)
+	we := wire.Errorf(wire.CodeEvidenceUnavailable, "the evidence store is unavailable, so the call was not run; retry later")
+	return statusOf(we.Code), wire.ToolCallResponse{CallID: rec.req.CallID, Decision: s.decisionResult(rec), Output: failed(we, nil)}, false
+}
 
-	res, _ := step(ctx, s, "dispatch", func(ctx context.Context) (backends.Result, error) {
-		// Tools that run code (code.run) call other tools through this:
-		// each nested call is decided and recorded like any other.
-		ctx = backends.WithDispatcher(ctx, &nested{s: s, principal: p, parent: rec.id, session: rec.req.SessionID, depth: depth + 1})
-		ctx = backends.WithCaller(ctx, backends.Caller{PrincipalID: p.ID, SessionID: rec.req.SessionID, ReceiptID: receiptID})
-		return call.Run(ctx, scope), nil
+// dispatch runs the admitted call within its scope. Tools that run code
+// (code.run) call other tools through the dispatcher it installs: each
+// nested call is decided and recorded like any other.
+func (s *Server) dispatch(ctx context.Context, rec *record, a admission) tools.Result {
+	res, _ := step(ctx, s, "dispatch", func(ctx context.Context) (tools.Result, error) {
+		ctx = tools.WithDispatcher(ctx, &nested{s: s, principal: rec.principal, parent: rec.id, session: rec.req.SessionID, depth: rec.depth + 1})
+		ctx = tools.WithCaller(ctx, tools.Caller{PrincipalID: rec.principal.ID, SessionID: rec.req.SessionID, ReceiptID: rec.idText})
+		return a.call.Run(ctx, a.scope), nil
 	})
 	if res.Output.Metadata == nil {
 		res.Output.Metadata = map[string]any{}
 	}
-	res.Output.Metadata["receipt_id"] = receiptID
+	res.Output.Metadata["receipt_id"] = rec.idText
+	return res
+}
 
-	outcome := s.outcomeEvent(rec, res)
+// recordOutcome records how the call ended. The call already ran: an
+// outcome the store does not take is queued to record later
+// (evidence.LateOutcomes), and the answer says so.
+func (s *Server) recordOutcome(ctx context.Context, rec *record, res *tools.Result) {
+	outcome := s.outcomeEvent(rec, *res)
 	if _, err := step(ctx, s, "record_outcome", func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, s.appendEvents(ctx, outcome)
 	}); err != nil {
-		// The call already ran; its receipt keeps its durable decision
-		// until the outcome is recorded late (late.go), or marked
-		// interrupted when this instance restarts first.
+		// The receipt keeps its durable decision until the outcome is
+		// recorded late, or marked interrupted when this instance restarts
+		// first.
 		s.metrics.evidenceFailures.Inc()
 		s.log.ErrorContext(ctx, "outcome event not durable; queued to record later", "err", err, "receipt_id", rec.id)
 		res.Output.Metadata["evidence_outcome"] = "unrecorded"
-		s.queueLate(outcome, false)
+		s.late.Queue(outcome, false)
 	}
-	s.keepResult(ctx, rec, tool.Name(), res) // for read_tool_result (results.go)
+}
 
-	status := http.StatusOK
-	if res.Output.Error != nil {
-		switch res.Output.Error.Code {
+// answerCall is the answer of a call that ran: 200 unless the run failed
+// for want of a backend or inside the gateway (api.md, "How a tool call
+// gets its status"). It logs the cause a failed run's error wraps, which
+// the answer does not carry.
+func (s *Server) answerCall(ctx context.Context, span trace.Span, rec *record, tool tools.Tool, res tools.Result) (int, wire.ToolCallResponse) {
+	status, code := http.StatusOK, ""
+	if we := res.Output.Error; we != nil {
+		switch we.Code {
 		case wire.CodeBackendUnavailable, wire.CodeSandboxUnavailable, wire.CodeInternal:
-			status = statusOf(res.Output.Error.Code)
+			status = statusOf(we.Code)
 		}
-	}
-	code := ""
-	if res.Output.Error != nil {
-		code = string(res.Output.Error.Code)
+		code = string(we.Code)
 		span.SetAttributes(attribute.String("error.type", code))
+		if we.Err != nil {
+			s.logCause(ctx, we, "tool", tool.Name(), "receipt_id", rec.id)
+		}
 	}
 	span.SetAttributes(attribute.String("portcullis.outcome", res.Status))
 	s.metrics.calls.WithLabelValues(tool.Name(), wire.DecisionAllow, code).Inc()
 	s.metrics.duration.WithLabelValues(tool.Name()).Observe(time.Since(rec.at).Seconds())
 	return status, wire.ToolCallResponse{
-		ReceiptID: receiptID, CallID: rec.req.CallID,
+		ReceiptID: rec.idText, CallID: rec.req.CallID,
 		Decision: s.decisionResult(rec), Output: res.Output,
 	}
 }
@@ -211,21 +301,22 @@ type nested struct {
 	depth     int
 }
 
+var (
+	_ tools.Dispatcher = (*nested)(nil)
+	_ tools.ToolLister = (*nested)(nil)
+)
+
 func (n *nested) Dispatch(ctx context.Context, tool string, input json.RawMessage) (int, wire.ToolCallResponse) {
-	body, err := json.Marshal(wire.ToolCallRequest{Tool: tool, Input: input, SessionID: n.session})
+	parent := n.parent
+	in, err := n.s.typedCall(n.principal, wire.ToolCallRequest{Tool: tool, Input: input, SessionID: n.session}, &parent, n.depth)
 	if err != nil {
 		return http.StatusBadRequest, wire.ToolCallResponse{Output: failed(wire.FieldError(wire.CodeInvalidInput, "input", "input is not JSON"), nil)}
 	}
-	var we *wire.Error
-	if int64(len(body)) > n.s.opts.MaxBodyBytes {
-		we = tooLarge(n.s.opts.MaxBodyBytes)
-	}
-	parent := n.parent
-	return n.s.governedCall(ctx, n.principal, body, we, &parent, n.depth)
+	return n.s.governedCall(ctx, in)
 }
 
 // ListTools is what the running call's principal may call now, by tool
-// name (backends.ToolLister): GET /v1/tools' list, for code.run's typed
+// name (tools.ToolLister): GET /v1/tools' list, for code.run's typed
 // stubs.
 func (n *nested) ListTools(ctx context.Context) ([]wire.FunctionSpec, error) {
 	return n.s.visibleSpecs(ctx, n.principal)
@@ -250,6 +341,7 @@ func (s *Server) refuse(ctx context.Context, rec *record, decision string, we *w
 		rec.decision.PolicyRevision = s.opts.PolicyRevision()
 	}
 	s.metrics.calls.WithLabelValues(metricTool(s, rec.req.Tool), decision, string(we.Code)).Inc()
+	s.logCause(ctx, we, "receipt_id", rec.id)
 	outcome := evidence.Event{
 		ID: uuid.Must(uuid.NewV7()), ReceiptID: rec.id, Kind: evidence.KindOutcome, Time: s.opts.Now().UTC(),
 		InstanceID: s.opts.InstanceID,
@@ -262,9 +354,9 @@ func (s *Server) refuse(ctx context.Context, rec *record, decision string, we *w
 		return statusOf(ue.Code), wire.ToolCallResponse{CallID: rec.req.CallID, Decision: s.decisionResult(rec), Output: failed(ue, nil)}
 	}
 	return statusOf(we.Code), wire.ToolCallResponse{
-		ReceiptID: rec.id.String(), CallID: rec.req.CallID,
+		ReceiptID: rec.idText, CallID: rec.req.CallID,
 		Decision: s.decisionResult(rec),
-		Output:   failed(we, map[string]any{"receipt_id": rec.id.String()}),
+		Output:   failed(we, map[string]any{"receipt_id": rec.idText}),
 	}
 }
 
@@ -305,28 +397,26 @@ func (s *Server) decisionEvent(rec *record, decision, code string) evidence.Even
 	if decision == wire.DecisionAllow {
 		limit = evidence.MaxArgsBytes
 	}
-	args := evidence.BoundedArgs(rec.args, rec.rawInput, limit)
+	args := evidence.BoundedArgs(rec.args, rec.req.Input, limit)
 	return evidence.Event{
 		ID: rec.id, ReceiptID: rec.id, Kind: evidence.KindDecision, Time: rec.at,
 		InstanceID: s.opts.InstanceID, PrincipalID: rec.principal.ID,
 		SessionID: rec.req.SessionID, CallID: rec.req.CallID, Tool: truncate(rec.req.Tool, 128),
 		Decision: decision, Reasons: evidence.BoundReasons(rec.decision.Reasons), RuleIDs: rec.decision.RuleIDs,
-		PolicyRevision: rec.decision.PolicyRevision, ArgsSHA256: evidence.ArgsDigest(rec.rawInput),
+		PolicyRevision: rec.decision.PolicyRevision, ArgsSHA256: evidence.ArgsDigest(rec.req.Input),
 		Args: args, Scope: rec.scope,
 		TraceID: rec.traceID, ErrorCode: code, ParentReceiptID: rec.parent,
 	}
 }
 
-func (s *Server) outcomeEvent(rec *record, res backends.Result) evidence.Event {
+func (s *Server) outcomeEvent(rec *record, res tools.Result) evidence.Event {
 	now := s.opts.Now().UTC()
 	o := &wire.Outcome{
 		Status: res.Status, ExitCode: res.ExitCode, OutputSHA256: res.OutputSHA256,
 		DurationMS: now.Sub(rec.at).Milliseconds(), Backend: res.Backend, Network: res.Network,
 	}
-	if d, ok := res.Output.Metadata["duration_ms"]; ok {
-		if ms, ok := toInt64(d); ok {
-			o.DurationMS = ms
-		}
+	if res.Timed {
+		o.DurationMS = res.DurationMS
 	}
 	if res.Output.Error != nil {
 		o.ErrorCode = ptr(string(res.Output.Error.Code))
@@ -369,112 +459,6 @@ func step[T any](ctx context.Context, s *Server, name string, f func(context.Con
 	return v, err
 }
 
-// readBody reads at most MaxBodyBytes; more is too_large.
-func (s *Server) readBody(c echo.Context) ([]byte, *wire.Error) {
-	limit := s.opts.MaxBodyBytes
-	if c.Request().ContentLength > limit {
-		return nil, tooLarge(limit)
-	}
-	b, err := io.ReadAll(io.LimitReader(c.Request().Body, limit+1))
-	if err != nil {
-		return nil, wire.Errorf(wire.CodeInvalidInput, "could not read the request body: %v", err)
-	}
-	if int64(len(b)) > limit {
-		return nil, tooLarge(limit)
-	}
-	return b, nil
-}
-
-func tooLarge(limit int64) *wire.Error {
-	return &wire.Error{Code: wire.CodeTooLarge, Message: fmt.Sprintf("request body exceeds %d bytes", limit), Details: map[string]any{"field": "body", "limit": limit}}
-}
-
-// parseToolCall decodes and checks the envelope of a tool call.
-func parseToolCall(body []byte, req *wire.ToolCallRequest) *wire.Error {
-	if !utf8.Valid(body) {
-		return wire.FieldError(wire.CodeInvalidInput, "body", "request body is not valid UTF-8")
-	}
-	if err := decodeStrict(body, req); err != nil {
-		return jsonError(err)
-	}
-	switch {
-	case req.Tool == "":
-		return wire.FieldError(wire.CodeInvalidInput, "tool", "tool is required, e.g. \"Exec\"")
-	case !printable(req.Tool) || len(req.Tool) > 128:
-		return wire.FieldError(wire.CodeInvalidInput, "tool", "tool must be a printable name of at most 128 bytes")
-	case len(req.CallID) > 256 || !printable(req.CallID):
-		return wire.FieldError(wire.CodeInvalidInput, "call_id", "call_id must be printable and at most 256 bytes")
-	case len(req.SessionID) > 256 || !printable(req.SessionID):
-		return wire.FieldError(wire.CodeInvalidInput, "session_id", "session_id must be printable and at most 256 bytes")
-	}
-	in := bytes.TrimSpace(req.Input)
-	if len(in) == 0 || in[0] != '{' {
-		return wire.FieldError(wire.CodeInvalidInput, "input", "input must be a JSON object holding the tool's arguments")
-	}
-	return nil
-}
-
-// jsonError explains a decoding failure and names the field where it can.
-func jsonError(err error) *wire.Error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return &wire.Error{Code: wire.CodeInvalidInput, Message: fmt.Sprintf("malformed JSON at byte %d: %v", syn.Offset, err), Details: map[string]any{"field": "body", "offset": syn.Offset}}
-	case errors.As(err, &typ):
-		field := typ.Field
-		if field == "" {
-			field = "body"
-		}
-		return wire.FieldError(wire.CodeInvalidInput, field, "%s must be %s, got JSON %s", field, jsonKind(typ.Type.Kind().String()), typ.Value)
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return wire.FieldError(wire.CodeInvalidInput, "body", "request body is empty or cut short; send a JSON object")
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name, uerr := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
-		field := name
-		if uerr != nil || field == "" {
-			field = "body" // an empty or unprintable key: name the body
-		}
-		return wire.FieldError(wire.CodeInvalidInput, field, "unknown field %q; accepted: tool, input, call_id, session_id", name)
-	case errors.Is(err, errTrailing):
-		return wire.FieldError(wire.CodeInvalidInput, "body", "trailing data after the JSON object")
-	}
-	return wire.FieldError(wire.CodeInvalidInput, "body", "invalid JSON: %v", err)
-}
-
-func jsonKind(k string) string {
-	switch k {
-	case "string":
-		return "a string"
-	case "slice":
-		return "an array"
-	case "map", "struct":
-		return "an object"
-	case "bool":
-		return "a boolean"
-	}
-	return "a " + k
-}
-
-func printable(s string) bool {
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
-}
-
-// bestEffortArgs decodes input for the receipt of a call that never reached
-// its tool; undecodable input is recorded only by its digest.
-func bestEffortArgs(raw json.RawMessage) map[string]any {
-	var m map[string]any
-	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
-		return nil
-	}
-	return m
-}
-
 func denyMessage(tool string, reasons []string) string {
 	if len(reasons) == 0 {
 		return fmt.Sprintf("policy denied %s", tool)
@@ -510,16 +494,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "")
-}
-
-func toInt64(v any) (int64, bool) {
-	switch n := v.(type) {
-	case int:
-		return int64(n), true
-	case int64:
-		return n, true
-	case float64:
-		return int64(n), true
-	}
-	return 0, false
 }

@@ -15,8 +15,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -64,7 +64,7 @@ type countingTool struct{ runs atomic.Int32 }
 func (t *countingTool) Name() string                { return "Count" }
 func (t *countingTool) Description() string         { return "counts runs" }
 func (t *countingTool) Parameters() json.RawMessage { return json.RawMessage(`{"type":"object"}`) }
-func (t *countingTool) Prepare(_ context.Context, in json.RawMessage) (backends.Call, error) {
+func (t *countingTool) Prepare(_ context.Context, in json.RawMessage) (tools.Call, error) {
 	var m map[string]any
 	if err := json.Unmarshal(in, &m); err != nil || m["bad"] != nil {
 		return nil, wire.FieldError(wire.CodeInvalidInput, "bad", "bad input")
@@ -85,9 +85,9 @@ func (c *countingCall) Enforce(context.Context, wire.Decision) (wire.Scope, erro
 	}
 	return wire.Scope{Backend: "test"}, nil
 }
-func (c *countingCall) Run(context.Context, wire.Scope) backends.Result {
+func (c *countingCall) Run(context.Context, wire.Scope) tools.Result {
 	c.t.runs.Add(1)
-	return backends.Result{Output: wire.ToolOutput{Success: true, Data: map[string]any{"ran": true}, Metadata: map[string]any{}},
+	return tools.Result{Output: wire.ToolOutput{Success: true, Data: map[string]any{"ran": true}, Metadata: map[string]any{}},
 		Status: wire.StatusSucceeded, Backend: "test"}
 }
 
@@ -101,7 +101,7 @@ func testServer(t *testing.T, pol Decider, ev *memEvidence) (*httptest.Server, *
 	}
 	s := New(Options{
 		Keys:   []Key{key(agentKey, "agent-1", wire.RoleAgent), key(auditorKey, "auditor-1", wire.RoleAuditor)},
-		Policy: pol, Evidence: ev, Receipts: ev, Tools: []backends.Tool{tool},
+		Policy: pol, Evidence: ev, Receipts: ev, Tools: []tools.Tool{tool},
 		InstanceID: "test", MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
 		PolicyRevision: func() string { return "rev-live" },
 	})

@@ -4,9 +4,9 @@ import (
 	"context"
 	"sync"
 
-	"github.com/portcullis/portcullis/backends"
-	"github.com/portcullis/portcullis/backends/readresult"
 	"github.com/portcullis/portcullis/evidence/results"
+	"github.com/portcullis/portcullis/tools"
+	"github.com/portcullis/portcullis/tools/readresult"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -38,7 +38,7 @@ const maxResultGrants = 10000
 // /v1/tools asks, purpose "list", once per principal and revision). A
 // result that cannot be kept never fails the call: reading it back later
 // answers not_found.
-func (s *Server) keepResult(ctx context.Context, rec *record, tool string, res backends.Result) {
+func (s *Server) keepResult(ctx context.Context, rec *record, tool string, res tools.Result) {
 	if s.opts.Results == nil || rec.req.SessionID == "" || tool == readresult.Name {
 		return
 	}

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/backends"
-	"github.com/portcullis/portcullis/backends/readresult"
 	"github.com/portcullis/portcullis/evidence/results"
+	"github.com/portcullis/portcullis/tools"
+	"github.com/portcullis/portcullis/tools/readresult"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -34,7 +34,7 @@ func TestReadToolResultThroughPipeline(t *testing.T) {
 	s := New(Options{
 		Keys:   []Key{key(agentKey, "agent-1"), key("other-key", "agent-2")},
 		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev,
-		Tools: []backends.Tool{&countingTool{}, readresult.New(store)}, Results: store, InstanceID: "test",
+		Tools: []tools.Tool{&countingTool{}, readresult.New(store)}, Results: store, InstanceID: "test",
 	})
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
@@ -97,7 +97,7 @@ func TestResultsKeptOnlyForReaders(t *testing.T) {
 	s := New(Options{
 		Keys:   []Key{key(agentKey, "agent-1"), key("other-key", "agent-2")},
 		Policy: noResultsFor{"agent-2"}, Evidence: ev, Receipts: ev,
-		Tools: []backends.Tool{&countingTool{}, readresult.New(store)}, Results: store, InstanceID: "test",
+		Tools: []tools.Tool{&countingTool{}, readresult.New(store)}, Results: store, InstanceID: "test",
 	})
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)

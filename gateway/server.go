@@ -8,7 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
+	_ "embed"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,9 +23,9 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/gateway/ui"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -62,7 +62,7 @@ type Options struct {
 	Policy       Decider
 	Evidence     EvidenceWriter
 	Receipts     ReceiptReader
-	Tools        []backends.Tool
+	Tools        []tools.Tool
 	InstanceID   string
 	MaxBodyBytes int64
 	Logger       *slog.Logger
@@ -111,16 +111,19 @@ type Options struct {
 
 // Server is the gateway's HTTP API.
 type Server struct {
-	e        *echo.Echo
-	opts     Options
-	log      *slog.Logger
-	tracer   trace.Tracer
-	tools    map[string]backends.Tool
-	toolList []string
-	names    *toolNames // model-safe names (toolnames.go)
-	metrics  *metrics
-	mcp      *mcpSessions
-	late     *evidence.LateOutcomes
+	e *echo.Echo
+	// toolCallRoutes answer every error as a ToolCallResponse
+	// (toolCallRoute).
+	toolCallRoutes map[string]bool
+	opts           Options
+	log            *slog.Logger
+	tracer         trace.Tracer
+	tools          map[string]tools.Tool
+	toolList       []string
+	names          *toolNames // model-safe names (toolnames.go)
+	metrics        *metrics
+	mcp            *mcpSessions
+	late           *evidence.LateOutcomes
 	// resultGrants caches who may read results back (results.go).
 	resultGrants resultGrants
 }
@@ -152,13 +155,13 @@ func New(opts Options) *Server {
 		opts:    opts,
 		log:     opts.Logger,
 		tracer:  otel.Tracer(tracerName),
-		tools:   map[string]backends.Tool{},
+		tools:   map[string]tools.Tool{},
 		metrics: newMetrics(opts.Registry),
 	}
 	s.initAuth()
 	s.late = opts.Late
 	if s.late == nil {
-		s.late = newLate(opts)
+		s.late = memoryLate(opts)
 	}
 	opts.Registry.MustRegister(newLateCollector(s.late))
 	for _, t := range opts.Tools {
@@ -187,7 +190,7 @@ func New(opts Options) *Server {
 	e.GET("/openapi.json", s.openapi)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})))
 
-	e.POST("/v1/tool-calls", s.toolCall)
+	s.toolCallRoute(e, "/v1/tool-calls", s.toolCall)
 	e.POST("/v1/decisions", s.dryRun, s.require(wire.RoleAgent, wire.RoleAdmin))
 	e.GET("/v1/tools", s.listTools, s.require(wire.RoleAgent))
 	e.GET("/v1/tools.d.ts", s.toolDeclarations, s.require(wire.RoleAgent))
@@ -221,10 +224,6 @@ func (s *Server) Routes() [][2]string {
 	return out
 }
 
-type ctxKey int
-
-const principalKey ctxKey = 1
-
 // principalOf returns the authenticated principal of a request.
 func principalOf(c echo.Context) (wire.Principal, bool) {
 	p, ok := c.Get("principal").(wire.Principal)
@@ -252,8 +251,6 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		c.Set(ctxAuthMethod, method)
 		c.Set("principal", p)
-		ctx := context.WithValue(c.Request().Context(), principalKey, p.ID)
-		c.SetRequest(c.Request().WithContext(ctx))
 		return next(c)
 	}
 }
@@ -377,19 +374,49 @@ func (s *Server) readyz(c echo.Context) error {
 	return c.JSON(status, map[string]any{"ready": ready, "checks": checks})
 }
 
+// OpenAPIDocument is the served /openapi.json; gateway tests hold it against
+// the routes and the wire types so the two cannot drift.
+//
+//go:embed openapi.json
+var OpenAPIDocument []byte
+
 func (s *Server) openapi(c echo.Context) error {
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, s.opts.OpenAPI)
 }
 
-// decodeStrict decodes exactly one JSON value into v, refusing unknown fields.
-func decodeStrict(b []byte, v any) error {
-	dec := json.NewDecoder(bytesReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
+// Run does the server's background work until ctx ends: it records late
+// outcomes once the store commits again, and sweeps expired results.
+// serve runs it beside the HTTP server; a Server whose Run is not called
+// keeps late outcomes queued (bounded).
+func (s *Server) Run(ctx context.Context) {
+	if s.opts.Results != nil {
+		go s.opts.Results.Run(ctx)
 	}
-	if dec.More() {
-		return errTrailing
+	s.late.Run(ctx)
+}
+
+// FlushLate records the late outcomes that are queued and ready, and
+// returns how many remain queued (serve calls it once more at shutdown).
+func (s *Server) FlushLate(ctx context.Context) int { return s.late.Flush(ctx) }
+
+// memoryLate is the memory-only evidence.LateOutcomes of a Server built
+// without one (Options.Late): serve gives it a spooled one.
+func memoryLate(opts Options) *evidence.LateOutcomes {
+	var healthy func() bool
+	if h, ok := opts.Evidence.(interface{ Healthy() bool }); ok {
+		healthy = h.Healthy
 	}
-	return nil
+	lo := evidence.LateOptions{Writer: evidence.Unavailable{}, Receipts: evidence.Unavailable{}, Healthy: healthy,
+		WriteTimeout: opts.EvidenceTimeout, Logger: opts.Logger, Now: opts.Now}
+	if opts.Evidence != nil {
+		lo.Writer = opts.Evidence
+	}
+	if opts.Receipts != nil {
+		lo.Receipts = opts.Receipts
+	}
+	l, err := evidence.OpenLateOutcomes(lo)
+	if err != nil {
+		panic(err) // only a missing writer or reader, which Unavailable stands in for
+	}
+	return l
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+	"github.com/portcullis/portcullis/evidence"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -78,4 +79,26 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.calls, m.duration, m.decisionDuration, m.evidenceFailures, m.authFailures)
 	return m
+}
+
+// lateCollector exposes evidence.LateOutcomes.Counts as
+// portcullis_evidence_late_outcomes_total{result}.
+type lateCollector struct {
+	l    *evidence.LateOutcomes
+	desc *prometheus.Desc
+}
+
+func newLateCollector(l *evidence.LateOutcomes) *lateCollector {
+	return &lateCollector{l: l, desc: prometheus.NewDesc("portcullis_evidence_late_outcomes_total",
+		"Outcomes recorded after their first write failed, by result: recorded, already_recorded, no_decision (the refused call's decision never committed), refused (the store refused it 3 times), overflow (queue full: left to the next start), replayed (loaded from the spool at start), spool_error and spool_overflow (could not be spooled: kept in memory only).",
+		[]string{"result"}, nil)}
+}
+
+func (c *lateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *lateCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := c.l.Counts()
+	for _, r := range evidence.LateResults {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(counts[r]), r)
+	}
 }

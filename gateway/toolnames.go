@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/portcullis/portcullis/backends"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -50,7 +50,7 @@ func newToolNames(names []string, log *slog.Logger) *toolNames {
 // own name, or its model-safe name (contract §2: every endpoint that takes
 // a tool name accepts either form). The call then carries the tool's own
 // name into policy input, receipts, traces and metrics.
-func (s *Server) lookupTool(name string) (backends.Tool, bool) {
+func (s *Server) lookupTool(name string) (tools.Tool, bool) {
 	if t, ok := s.tools[name]; ok {
 		return t, true
 	}

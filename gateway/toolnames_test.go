@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/portcullis/portcullis/backends"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/wire"
 )
@@ -30,7 +30,7 @@ type namedTool struct {
 func (t *namedTool) Name() string                { return t.name }
 func (t *namedTool) Description() string         { return "the " + t.name + " tool" }
 func (t *namedTool) Parameters() json.RawMessage { return json.RawMessage(`{"type":"object"}`) }
-func (t *namedTool) Prepare(context.Context, json.RawMessage) (backends.Call, error) {
+func (t *namedTool) Prepare(context.Context, json.RawMessage) (tools.Call, error) {
 	return &namedCall{t: t}, nil
 }
 
@@ -41,9 +41,9 @@ func (c *namedCall) Resolved() map[string]any { return map[string]any{} }
 func (c *namedCall) Enforce(context.Context, wire.Decision) (wire.Scope, error) {
 	return wire.Scope{Backend: "test"}, nil
 }
-func (c *namedCall) Run(context.Context, wire.Scope) backends.Result {
+func (c *namedCall) Run(context.Context, wire.Scope) tools.Result {
 	c.t.runs.Add(1)
-	return backends.Result{Output: wire.ToolOutput{Success: true, Data: map[string]any{"tool": c.t.name}, Metadata: map[string]any{}},
+	return tools.Result{Output: wire.ToolOutput{Success: true, Data: map[string]any{"tool": c.t.name}, Metadata: map[string]any{}},
 		Status: wire.StatusSucceeded, Backend: "test"}
 }
 
@@ -72,11 +72,11 @@ var namedToolNames = []string{"Exec", "code.run", "fs.apply_patch", "fs.list", "
 
 func namedServer(t *testing.T, names []string, grant ...string) (*httptest.Server, map[string]*namedTool, *grantPolicy, *memEvidence) {
 	t.Helper()
-	tools := map[string]*namedTool{}
-	var list []backends.Tool
+	byName := map[string]*namedTool{}
+	var list []tools.Tool
 	for _, n := range names {
 		nt := &namedTool{name: n}
-		tools[n] = nt
+		byName[n] = nt
 		list = append(list, nt)
 	}
 	pol := &grantPolicy{grant: map[string]bool{}}
@@ -91,7 +91,7 @@ func namedServer(t *testing.T, names []string, grant ...string) (*httptest.Serve
 	})
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
-	return ts, tools, pol, ev
+	return ts, byName, pol, ev
 }
 
 func getTools(t *testing.T, base string) (wire.ToolList, string) {
@@ -331,7 +331,7 @@ func TestReceiptFilterEitherName(t *testing.T) {
 	rec := &filterRecorder{memEvidence: &memEvidence{}}
 	s := New(Options{
 		Keys:   []Key{{SHA256: sha256.Sum256([]byte(auditorKey)), Principal: wire.Principal{ID: "auditor-1", Roles: []string{wire.RoleAuditor}}}},
-		Policy: &grantPolicy{}, Evidence: rec.memEvidence, Receipts: rec, Tools: []backends.Tool{&namedTool{name: "fs.read"}},
+		Policy: &grantPolicy{}, Evidence: rec.memEvidence, Receipts: rec, Tools: []tools.Tool{&namedTool{name: "fs.read"}},
 		InstanceID: "test", OpenAPI: OpenAPIDocument,
 	})
 	ts := httptest.NewServer(s.Handler())

@@ -392,6 +392,22 @@ func validEnvName(s string) bool {
 	return s != "" && !strings.ContainsAny(s, "=\x00")
 }
 
+// limitFields are the decision's limits as both decoders read them (the
+// JSON one, parseLimits, and the AST fast path, astLimits): each name, the
+// largest value it takes, and where it goes.
+var limitFields = [...]struct {
+	name string
+	max  int64
+	set  func(*wire.Limits, int64)
+}{
+	{"timeout_s", math.MaxInt32, func(l *wire.Limits, n int64) { l.TimeoutS = int(n) }},
+	{"cpu_seconds", math.MaxInt32, func(l *wire.Limits, n int64) { l.CPUSeconds = int(n) }},
+	{"memory_bytes", math.MaxInt64, func(l *wire.Limits, n int64) { l.MemoryBytes = n }},
+	{"fsize_bytes", math.MaxInt64, func(l *wire.Limits, n int64) { l.FsizeBytes = n }},
+	{"nofile", math.MaxInt32, func(l *wire.Limits, n int64) { l.Nofile = int(n) }},
+	{"max_output_bytes", math.MaxInt32, func(l *wire.Limits, n int64) { l.MaxOutputBytes = int(n) }},
+}
+
 func parseLimits(v any, notes []string) (wire.Limits, []string) {
 	var l wire.Limits
 	if v == nil {
@@ -401,19 +417,7 @@ func parseLimits(v any, notes []string) (wire.Limits, []string) {
 	if !ok {
 		return l, append(notes, fmt.Sprintf("policy limits is %s, not an object: gateway defaults", typeName(v)))
 	}
-	fields := []struct {
-		name string
-		max  int64
-		set  func(int64)
-	}{
-		{"timeout_s", math.MaxInt32, func(n int64) { l.TimeoutS = int(n) }},
-		{"cpu_seconds", math.MaxInt32, func(n int64) { l.CPUSeconds = int(n) }},
-		{"memory_bytes", math.MaxInt64, func(n int64) { l.MemoryBytes = n }},
-		{"fsize_bytes", math.MaxInt64, func(n int64) { l.FsizeBytes = n }},
-		{"nofile", math.MaxInt32, func(n int64) { l.Nofile = int(n) }},
-		{"max_output_bytes", math.MaxInt32, func(n int64) { l.MaxOutputBytes = int(n) }},
-	}
-	for _, f := range fields {
+	for _, f := range limitFields {
 		raw, present := obj[f.name]
 		if !present || raw == nil {
 			continue
@@ -423,7 +427,7 @@ func parseLimits(v any, notes []string) (wire.Limits, []string) {
 			notes = append(notes, fmt.Sprintf("policy limit %s=%v dropped: want a non-negative integer", f.name, raw))
 			continue
 		}
-		f.set(n)
+		f.set(&l, n)
 	}
 	return l, notes
 }
@@ -804,20 +808,7 @@ func astLimits(t *ast.Term, d *wire.Decision) bool {
 	if !ok {
 		return false
 	}
-	l := &d.Limits
-	fields := [...]struct {
-		name string
-		max  int64
-		set  func(int64)
-	}{
-		{"timeout_s", math.MaxInt32, func(n int64) { l.TimeoutS = int(n) }},
-		{"cpu_seconds", math.MaxInt32, func(n int64) { l.CPUSeconds = int(n) }},
-		{"memory_bytes", math.MaxInt64, func(n int64) { l.MemoryBytes = n }},
-		{"fsize_bytes", math.MaxInt64, func(n int64) { l.FsizeBytes = n }},
-		{"nofile", math.MaxInt32, func(n int64) { l.Nofile = int(n) }},
-		{"max_output_bytes", math.MaxInt32, func(n int64) { l.MaxOutputBytes = int(n) }},
-	}
-	for _, f := range fields {
+	for _, f := range limitFields {
 		raw := o.Get(keyTerm(f.name))
 		if raw == nil {
 			continue
@@ -830,7 +821,7 @@ func astLimits(t *ast.Term, d *wire.Decision) bool {
 		if !ok || n < 0 || n > f.max {
 			return false
 		}
-		f.set(n)
+		f.set(&d.Limits, n)
 	}
 	return true
 }

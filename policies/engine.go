@@ -263,7 +263,7 @@ func (e *Engine) compile(ctx context.Context, fsys fs.FS, source string, opts Lo
 		info.Revision = "sha256:" + digest[:12]
 	}
 	for i, f := range files {
-		info.Files[i] = f.path
+		info.Files[i] = f.Path
 	}
 	return &compiled{query: pq, info: info, index: ix}, nil
 }

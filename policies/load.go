@@ -29,39 +29,25 @@ const (
 	maxBundleFiles = 10000
 )
 
-// bundleFile is one file of a bundle, read once so that the digest and the
-// compiled policy come from the same bytes.
-type bundleFile struct {
-	path string // slash-separated, relative to the bundle root
-	data []byte
-}
-
 // ReadFiles reads a bundle's files exactly as the engine loads them (the
 // same limits, symlink and ConfigMap rules), sorted by path, so that tools
 // which build, sign or inspect bundles see the bytes the engine would
 // compile and digest.
 func ReadFiles(fsys fs.FS) ([]File, error) {
-	files, err := readBundleFiles(fsys)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]File, len(files))
-	for i, f := range files {
-		out[i] = File{Path: f.path, Data: f.data}
-	}
-	return out, nil
+	return readBundleFiles(fsys)
 }
 
 // File is one file of a bundle: a slash-separated path relative to the
-// bundle root and its bytes.
+// bundle root and its bytes, read once so that the digest and the compiled
+// policy come from the same bytes.
 type File struct {
 	Path string
 	Data []byte
 }
 
 // readBundleFiles reads every regular file under fsys, sorted by path.
-func readBundleFiles(fsys fs.FS) ([]bundleFile, error) {
-	var files []bundleFile
+func readBundleFiles(fsys fs.FS) ([]File, error) {
+	var files []File
 	total := 0
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -109,7 +95,7 @@ func readBundleFiles(fsys fs.FS) ([]bundleFile, error) {
 		if total > maxBundleBytes {
 			return fmt.Errorf("bundle exceeds %d bytes", maxBundleBytes)
 		}
-		files = append(files, bundleFile{path: p, data: data})
+		files = append(files, File{Path: p, Data: data})
 		return nil
 	})
 	if err != nil {
@@ -118,21 +104,21 @@ func readBundleFiles(fsys fs.FS) ([]bundleFile, error) {
 	if len(files) == 0 {
 		return nil, errors.New("bundle is empty")
 	}
-	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
 	return files, nil
 }
 
 // digestFiles is the SHA-256 hex over the sorted files, each framed as
 // path NUL length NUL content so no two bundles share a digest by
 // shifting bytes between a name and a body.
-func digestFiles(files []bundleFile) string {
+func digestFiles(files []File) string {
 	h := sha256.New()
 	for _, f := range files {
-		io.WriteString(h, f.path)
+		io.WriteString(h, f.Path)
 		h.Write([]byte{0})
-		io.WriteString(h, strconv.Itoa(len(f.data)))
+		io.WriteString(h, strconv.Itoa(len(f.Data)))
 		h.Write([]byte{0})
-		h.Write(f.data)
+		h.Write(f.Data)
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
@@ -140,15 +126,15 @@ func digestFiles(files []bundleFile) string {
 // parseBundle turns the files into an OPA bundle. The files must not hold a
 // .signatures.json (see withoutSignatures): signatures are checked by
 // readBundle, and OPA's reader refuses a signed bundle it cannot verify.
-func parseBundle(files []bundleFile) (bundle.Bundle, error) {
+func parseBundle(files []File) (bundle.Bundle, error) {
 	return readBundle(files, nil)
 }
 
 // readBundle reads the files as an OPA bundle; with vc set the reader
 // requires a .signatures.json signed by vc's key and checks every file
 // against its digest (no file may be missing, added or changed).
-func readBundle(files []bundleFile, vc *bundle.VerificationConfig) (bundle.Bundle, error) {
-	r := bundle.NewCustomReader(&memLoader{files: files}).
+func readBundle(files []File, vc *bundle.VerificationConfig) (bundle.Bundle, error) {
+	r := bundle.NewCustomReader(NewMemLoader(files)).
 		WithSizeLimitBytes(maxFileBytes).
 		WithProcessAnnotations(true)
 	if vc != nil {
@@ -166,10 +152,10 @@ const signaturesFile = ".signatures.json"
 
 // withoutSignatures drops the top-level .signatures.json, which is not
 // policy and is not covered by its own digest.
-func withoutSignatures(files []bundleFile) []bundleFile {
-	out := make([]bundleFile, 0, len(files))
+func withoutSignatures(files []File) []File {
+	out := make([]File, 0, len(files))
 	for _, f := range files {
-		if f.path != signaturesFile {
+		if f.Path != signaturesFile {
 			out = append(out, f)
 		}
 	}
@@ -219,10 +205,15 @@ func ParseSignature(token string) (*Signature, error) {
 	return &Signature{KeyID: h.Kid, Algorithm: h.Alg}, nil
 }
 
+// NewMemLoader is a bundle.DirectoryLoader over files already in memory,
+// for OPA's bundle reader: the engine's loads, and the bundle tools'
+// signing and verification read files the same way.
+func NewMemLoader(files []File) bundle.DirectoryLoader { return &memLoader{files: files} }
+
 // memLoader is a bundle.DirectoryLoader over files already in memory.
 type memLoader struct {
 	mu    sync.Mutex
-	files []bundleFile
+	files []File
 	next  int
 }
 
@@ -237,8 +228,8 @@ func (l *memLoader) NextFile() (*bundle.Descriptor, error) {
 	}
 	f := l.files[l.next]
 	l.next++
-	p := "/" + path.Clean(f.path)
-	return bundle.NewDescriptor(p, p, bytes.NewReader(f.data)), nil
+	p := "/" + path.Clean(f.Path)
+	return bundle.NewDescriptor(p, p, bytes.NewReader(f.Data)), nil
 }
 
 // WithFilter is a no-op: every file of the bundle is part of it.

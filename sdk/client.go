@@ -202,17 +202,9 @@ func WithSessionID(id string) CallOption { return func(r *wire.ToolCallRequest) 
 // Any other status returns the parsed response (when the body was one) and
 // an *Error with the contract code.
 func (c *Client) Call(ctx context.Context, tool string, input any, opts ...CallOption) (*wire.ToolCallResponse, error) {
-	raw, err := toRaw(input)
+	body, err := encodeCall(tool, input, opts, "tool call")
 	if err != nil {
 		return nil, err
-	}
-	req := wire.ToolCallRequest{Tool: tool, Input: raw}
-	for _, o := range opts {
-		o(&req)
-	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("portcullis: encode tool call: %w", err)
 	}
 	status, b, err := c.do(ctx, http.MethodPost, "/v1/tool-calls", nil, body, retryToolCall)
 	if err != nil {
@@ -233,9 +225,9 @@ func (c *Client) Call(ctx context.Context, tool string, input any, opts ...CallO
 	return &resp, nil
 }
 
-// Decide is a dry run (POST /v1/decisions): what the policy and enforcement
-// would say of this call, without running it or writing a receipt.
-func (c *Client) Decide(ctx context.Context, tool string, input any, opts ...CallOption) (*wire.DryRunResponse, error) {
+// encodeCall is the body of a tool call or a dry run: the tool, its input
+// and the options; what names the request in an error.
+func encodeCall(tool string, input any, opts []CallOption, what string) ([]byte, error) {
 	raw, err := toRaw(input)
 	if err != nil {
 		return nil, err
@@ -246,7 +238,17 @@ func (c *Client) Decide(ctx context.Context, tool string, input any, opts ...Cal
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return nil, fmt.Errorf("portcullis: encode decision request: %w", err)
+		return nil, fmt.Errorf("portcullis: encode %s: %w", what, err)
+	}
+	return body, nil
+}
+
+// Decide is a dry run (POST /v1/decisions): what the policy and enforcement
+// would say of this call, without running it or writing a receipt.
+func (c *Client) Decide(ctx context.Context, tool string, input any, opts ...CallOption) (*wire.DryRunResponse, error) {
+	body, err := encodeCall(tool, input, opts, "decision request")
+	if err != nil {
+		return nil, err
 	}
 	var out wire.DryRunResponse
 	return &out, c.getJSON(ctx, http.MethodPost, "/v1/decisions", nil, body, &out)

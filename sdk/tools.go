@@ -65,17 +65,8 @@ type ExecInput struct {
 	MaxOutputBytes int               `json:"max_output_bytes,omitempty"`
 }
 
-// ExecData is what Exec returns.
-type ExecData struct {
-	ExitCode        int     `json:"exit_code"`
-	Stdout          string  `json:"stdout"`
-	Stderr          string  `json:"stderr"`
-	StdoutTruncated bool    `json:"stdout_truncated"`
-	StderrTruncated bool    `json:"stderr_truncated"`
-	TimedOut        bool    `json:"timed_out"`
-	Signal          *string `json:"signal"`
-	DurationMS      int64   `json:"duration_ms"`
-}
+// ExecData is what Exec returns (wire.ExecData).
+type ExecData = wire.ExecData
 
 // Exec runs a program.
 func (c *Client) Exec(ctx context.Context, in ExecInput, opts ...CallOption) (*Result[ExecData], error) {

@@ -44,12 +44,7 @@ const mpLeadingMsg = `"msg":"evidence checkpointer: leading"`
 // chain links to the head of its previous one.
 func TestEvidenceMultiproc(t *testing.T) {
 	t.Parallel()
-	for _, st := range allStores {
-		t.Run(string(st), func(t *testing.T) {
-			t.Parallel()
-			testMultiproc(t, st)
-		})
-	}
+	eachStoreKind(t, testMultiproc)
 }
 
 func testMultiproc(t *testing.T, st store) {

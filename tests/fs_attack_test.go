@@ -7,13 +7,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -103,50 +103,6 @@ func (e *fsAttackEnv) post(ctx context.Context, key, tool string, input any) (re
 	return r, code, nil
 }
 
-// tree lists every file under dir with its content (symlinks as their
-// target), to prove a directory did not change.
-func tree(t testing.TB, dir string) map[string]string {
-	t.Helper()
-	m := map[string]string{}
-	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return nil
-		}
-		rel, _ := filepath.Rel(dir, p)
-		switch {
-		case d.Type()&os.ModeSymlink != 0:
-			l, _ := os.Readlink(p)
-			m[rel] = "-> " + l
-		case d.IsDir():
-			m[rel+"/"] = ""
-		default:
-			b, _ := os.ReadFile(p)
-			m[rel] = string(b)
-		}
-		return nil
-	})
-	return m
-}
-
-func sameTree(t testing.TB, what string, before, after map[string]string) {
-	t.Helper()
-	var diff []string
-	for k, v := range after {
-		if w, ok := before[k]; !ok || w != v {
-			diff = append(diff, fmt.Sprintf("+%s=%q", k, v))
-		}
-	}
-	for k := range before {
-		if _, ok := after[k]; !ok {
-			diff = append(diff, "-"+k)
-		}
-	}
-	sort.Strings(diff)
-	if len(diff) > 0 {
-		t.Errorf("%s changed: %v", what, diff[:min(len(diff), 20)])
-	}
-}
-
 // TestFSAttackRace is the race of issue #13 against the real gateway: for
 // at least 5 s, directories are swapped for symlinks (to the outside, into
 // the read-only nested grant, into the denied directory) and renamed away
@@ -158,7 +114,7 @@ func sameTree(t testing.TB, what string, before, after map[string]string) {
 func TestFSAttackRace(t *testing.T) {
 	t.Parallel()
 	e := newFSAttackEnv(t)
-	outside, vendor, private := tree(t, e.outside), tree(t, e.vendor), tree(t, e.private)
+	outside, vendor, private := testutil.Tree(t, e.outside), testutil.Tree(t, e.vendor), testutil.Tree(t, e.private)
 	env, denied := readFileT(t, filepath.Join(e.work, ".env")), readFileT(t, filepath.Join(e.work, "denied.txt"))
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -302,9 +258,9 @@ func TestFSAttackRace(t *testing.T) {
 	if len(leaks) > 0 {
 		t.Errorf("%d answers leaked", len(leaks))
 	}
-	sameTree(t, "outside/", outside, tree(t, e.outside))
-	sameTree(t, "the read-only grant vendor/", vendor, tree(t, e.vendor))
-	sameTree(t, "the denied directory private/", private, tree(t, e.private))
+	testutil.SameTree(t, "outside/", outside, testutil.Tree(t, e.outside))
+	testutil.SameTree(t, "the read-only grant vendor/", vendor, testutil.Tree(t, e.vendor))
+	testutil.SameTree(t, "the denied directory private/", private, testutil.Tree(t, e.private))
 	if got := readFileT(t, filepath.Join(e.work, ".env")); got != env {
 		t.Errorf(".env changed: %q", got)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/wire"
+	"github.com/portcullis/portcullis/internal/testutil"
 )
 
 // fsTools are the file tools under test.
@@ -65,10 +66,6 @@ func newFSEnv(t *testing.T) *fsEnv {
 		agentNarrow: map[string]any{"tools": fsTools, "fs_grants": grants, "limits": map[string]any{"fsize_bytes": 1000, "max_output_bytes": 1024}},
 	}}})
 	e.g = d.start(t)
-	// The lead wires the tools into cmd/gateway; until then say so plainly.
-	if res := e.call(t, agentFull, "fs.list", map[string]any{"path": "@w"}); res.errCode() == "unknown_tool" {
-		t.Skip("fs tools are not wired into cmd/gateway/serve.go yet (unknown_tool)")
-	}
 	return e
 }
 
@@ -379,20 +376,8 @@ func testFSSwapRace(t *testing.T, e *fsEnv) {
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			if err := os.Rename(flip, real); err != nil {
-				if _, serr := os.Lstat(real); serr == nil {
-					_ = os.RemoveAll(flip) // a link is removed, never followed
-					_ = os.Rename(real, flip)
-				}
+			if !testutil.SwapToSymlink(flip, real, e.outside, 100*time.Microsecond) {
 				continue
-			}
-			if os.Symlink(e.outside, flip) == nil {
-				time.Sleep(100 * time.Microsecond)
-				_ = os.Remove(flip)
-			}
-			if os.Rename(real, flip) != nil {
-				_ = os.RemoveAll(flip)
-				_ = os.Rename(real, flip)
 			}
 			flips.Add(1)
 			// Hold the real state a moment too: on a loaded machine a

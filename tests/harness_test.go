@@ -104,6 +104,24 @@ const (
 
 var allStores = []store{storeSQLite, storePostgres}
 
+// eachStoreKind runs f, in parallel, as a subtest on every store.
+func eachStoreKind(t *testing.T, f func(t *testing.T, st store)) {
+	t.Helper()
+	for _, st := range allStores {
+		t.Run(string(st), func(t *testing.T) {
+			t.Parallel()
+			f(t, st)
+		})
+	}
+}
+
+// eachStore runs f, in parallel, as a subtest on a new deployment of every
+// store.
+func eachStore(t *testing.T, f func(t *testing.T, d *deployment)) {
+	t.Helper()
+	eachStoreKind(t, func(t *testing.T, st store) { f(t, newDeployment(t, st)) })
+}
+
 // Principal ids of the test policy (testdata/policy/e2e.rego).
 const (
 	agentFull   = "agent-full"
@@ -714,11 +732,28 @@ type receipt struct {
 	ArgsSHA256     string          `json:"args_sha256"`
 	Args           json.RawMessage `json:"args"`
 	Outcome        *struct {
-		Status    string  `json:"status"`
-		ErrorCode *string `json:"error_code"`
-		ExitCode  *int    `json:"exit_code"`
-		Backend   string  `json:"backend"`
+		Status    string    `json:"status"`
+		ErrorCode *string   `json:"error_code"`
+		ExitCode  *int      `json:"exit_code"`
+		Backend   string    `json:"backend"`
+		Network   *netStats `json:"network"`
 	} `json:"outcome"`
+}
+
+// netStats is a receipt's outcome.network: what the call's egress proxy
+// allowed and refused.
+type netStats struct {
+	Allowed []string          `json:"allowed"`
+	Refused []string          `json:"refused"`
+	Denials map[string]string `json:"denials"`
+}
+
+// errorCode is the outcome's error code, "" for none.
+func (r *receipt) errorCode() string {
+	if r.Outcome == nil || r.Outcome.ErrorCode == nil {
+		return ""
+	}
+	return *r.Outcome.ErrorCode
 }
 
 func (r *receipt) status() string {

@@ -143,21 +143,8 @@ func TestHTTPGet(t *testing.T) {
 				t.Fatalf("%s: %s", target, r.response)
 			}
 			rc := g.waitReceipt(t, r.ReceiptID, 5*time.Second, func(rc receipt) bool { return rc.status() != "pending" && rc.status() != "" })
-			var out struct {
-				Outcome struct {
-					ErrorCode string `json:"error_code"`
-					Network   *struct {
-						Allowed []string          `json:"allowed"`
-						Refused []string          `json:"refused"`
-						Denials map[string]string `json:"denials"`
-					} `json:"network"`
-				} `json:"outcome"`
-			}
-			if err := json.Unmarshal([]byte(rc.raw), &out); err != nil {
-				t.Fatal(err)
-			}
-			n, first := out.Outcome.Network, fmt.Sprintf("127.0.0.1:%d", port)
-			if out.Outcome.ErrorCode != "network_denied" || n == nil || len(n.Allowed) != 1 || n.Allowed[0] != first ||
+			n, first := rc.Outcome.Network, fmt.Sprintf("127.0.0.1:%d", port)
+			if rc.errorCode() != "network_denied" || n == nil || len(n.Allowed) != 1 || n.Allowed[0] != first ||
 				len(n.Refused) != 1 || n.Refused[0] != refused || n.Denials[refused] == "" {
 				t.Errorf("receipt does not record the allowed hop %s and the refused %s: %s", first, refused, rc.raw)
 			}

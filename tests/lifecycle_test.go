@@ -22,65 +22,61 @@ import (
 // receipts must keep their outcome.
 func TestCrashRecovery(t *testing.T) {
 	t.Parallel()
-	for _, st := range allStores {
-		t.Run(string(st), func(t *testing.T) {
-			t.Parallel()
-			d := newDeployment(t, st)
-			g := d.start(t)
-			key := d.keys[agentFull]
+	eachStore(t, func(t *testing.T, d *deployment) {
+		g := d.start(t)
+		key := d.keys[agentFull]
 
-			done := g.call(t, key, execCall(map[string]any{"argv": []string{"/bin/echo", "before"}}, "", ""))
-			wantStatus(t, done, http.StatusOK, "")
-			g.waitReceipt(t, done.ReceiptID, 5*time.Second, func(rc receipt) bool { return rc.status() == "succeeded" })
+		done := g.call(t, key, execCall(map[string]any{"argv": []string{"/bin/echo", "before"}}, "", ""))
+		wantStatus(t, done, http.StatusOK, "")
+		g.waitReceipt(t, done.ReceiptID, 5*time.Second, func(rc receipt) bool { return rc.status() == "succeeded" })
 
-			marker := sleepMarker(t, 30)
-			session := "crash-" + randHex(t, 6)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			go func() {
-				// The answer never comes: the gateway is killed under it.
-				_, _ = g.tryDo(ctx, http.MethodPost, "/v1/tool-calls", "Bearer "+key,
-					execCall(map[string]any{"argv": []string{"/bin/sleep", marker}, "timeout_s": 60}, "call_crash", session))
-			}()
+		marker := sleepMarker(t, 30)
+		session := "crash-" + randHex(t, 6)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			// The answer never comes: the gateway is killed under it.
+			_, _ = g.tryDo(ctx, http.MethodPost, "/v1/tool-calls", "Bearer "+key,
+				execCall(map[string]any{"argv": []string{"/bin/sleep", marker}, "timeout_s": 60}, "call_crash", session))
+		}()
 
-			var pending receipt
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				rs := g.listReceipts(t, url.Values{"session_id": {session}})
-				if len(rs) == 1 && rs[0].status() == "pending" && len(procsWithMarker(marker)) > 0 {
-					pending = rs[0]
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no pending receipt with a running child within 20s (receipts %+v, child pids %v)", rs, procsWithMarker(marker))
-				}
-				time.Sleep(100 * time.Millisecond)
+		var pending receipt
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			rs := g.listReceipts(t, url.Values{"session_id": {session}})
+			if len(rs) == 1 && rs[0].status() == "pending" && len(procsWithMarker(marker)) > 0 {
+				pending = rs[0]
+				break
 			}
-			if pending.Decision != "allow" {
-				t.Errorf("pending receipt decision = %q, want allow", pending.Decision)
+			if time.Now().After(deadline) {
+				t.Fatalf("no pending receipt with a running child within 20s (receipts %+v, child pids %v)", rs, procsWithMarker(marker))
 			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if pending.Decision != "allow" {
+			t.Errorf("pending receipt decision = %q, want allow", pending.Decision)
+		}
 
-			g.kill()
-			if left := waitNoProcs(marker, 3*time.Second); len(left) > 0 {
-				t.Errorf("the call's child (pids %v) survived the gateway's SIGKILL", left)
-			}
+		g.kill()
+		if left := waitNoProcs(marker, 3*time.Second); len(left) > 0 {
+			t.Errorf("the call's child (pids %v) survived the gateway's SIGKILL", left)
+		}
 
-			g2 := d.start(t)
-			rc := g2.waitReceipt(t, pending.ID, 20*time.Second, func(rc receipt) bool { return rc.status() == "interrupted" })
-			if rc.Decision != "allow" || rc.CallID != "call_crash" || rc.SessionID != session || !hex64.MatchString(rc.ArgsSHA256) {
-				t.Errorf("interrupted receipt lost its decision part: %s", rc.raw)
-			}
-			if before, ok := g2.getReceipt(t, done.ReceiptID); !ok || before.status() != "succeeded" {
-				t.Errorf("a finished receipt changed across the restart: %s", before.raw)
-			}
+		g2 := d.start(t)
+		rc := g2.waitReceipt(t, pending.ID, 20*time.Second, func(rc receipt) bool { return rc.status() == "interrupted" })
+		if rc.Decision != "allow" || rc.CallID != "call_crash" || rc.SessionID != session || !hex64.MatchString(rc.ArgsSHA256) {
+			t.Errorf("interrupted receipt lost its decision part: %s", rc.raw)
+		}
+		if before, ok := g2.getReceipt(t, done.ReceiptID); !ok || before.status() != "succeeded" {
+			t.Errorf("a finished receipt changed across the restart: %s", before.raw)
+		}
 
-			after := g2.call(t, key, execCall(map[string]any{"argv": []string{"/bin/echo", "after"}}, "", ""))
-			wantStatus(t, after, http.StatusOK, "")
-			g2.checkReceipt(t, after, expectReceipt{
-				principal: agentFull, decision: "allow", statuses: []string{"succeeded"}, secrets: []string{d.secret},
-			}, "", "")
-		})
-	}
+		after := g2.call(t, key, execCall(map[string]any{"argv": []string{"/bin/echo", "after"}}, "", ""))
+		wantStatus(t, after, http.StatusOK, "")
+		g2.checkReceipt(t, after, expectReceipt{
+			principal: agentFull, decision: "allow", statuses: []string{"succeeded"}, secrets: []string{d.secret},
+		}, "", "")
+	})
 }
 
 // TestGracefulShutdown sends SIGTERM while a call is in flight: the call

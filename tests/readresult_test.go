@@ -14,6 +14,19 @@ import (
 // grantTool adds tool to the e2e policy's grants of each principal.
 func grantTool(t *testing.T, d *deployment, tool string, principals ...string) {
 	t.Helper()
+	editPrincipals(t, d, func(ps map[string]map[string]any) {
+		for _, p := range principals {
+			entry := ps[p]
+			tools, _ := entry["tools"].([]any)
+			entry["tools"] = append(tools, tool)
+		}
+	})
+}
+
+// editPrincipals rewrites the deployment's policy data (data.json):
+// edit changes e2e.principals in place.
+func editPrincipals(t *testing.T, d *deployment, edit func(principals map[string]map[string]any)) {
+	t.Helper()
 	path := filepath.Join(d.bundleDir, "data.json")
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -23,11 +36,7 @@ func grantTool(t *testing.T, d *deployment, tool string, principals ...string) {
 	if err := json.Unmarshal(b, &data); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range principals {
-		entry := data["e2e"]["principals"][p]
-		tools, _ := entry["tools"].([]any)
-		entry["tools"] = append(tools, tool)
-	}
+	edit(data["e2e"]["principals"])
 	writeJSON(t, path, data)
 }
 

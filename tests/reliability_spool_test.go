@@ -29,17 +29,7 @@ func TestReliabilityStoreCrashGatewayKilled(t *testing.T) {
 	g := d.start(t)
 	l := newLoadGen(t, g, d.scratch)
 	const clients = 32
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	loadDone := make(chan struct{})
-	go func() {
-		defer close(loadDone)
-		l.run(ctx, clients, 0)
-	}()
-	stopLoad := func() {
-		cancel()
-		<-loadDone
-	}
+	stopLoad := l.background(clients)
 	defer stopLoad()
 
 	isUnrecorded := func(s *sent) bool { return s.status == http.StatusOK && s.unrecord }

@@ -154,17 +154,7 @@ func testStoreFault(t *testing.T, f storeFault) {
 	l := newLoadGen(t, g, d.scratch)
 
 	const clients = 32
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	loadDone := make(chan struct{})
-	go func() {
-		defer close(loadDone)
-		l.run(ctx, clients, 0)
-	}()
-	stopLoad := func() {
-		cancel()
-		<-loadDone
-	}
+	stopLoad := l.background(clients)
 	defer stopLoad()
 
 	warm := pick(200, 2000)

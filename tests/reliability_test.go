@@ -198,6 +198,21 @@ func (l *loadGen) one(i int) *sent {
 
 // run sends calls from clients goroutines until n calls were sent (n > 0)
 // or ctx ends, and waits for the calls in flight to be answered.
+// background runs clients until the returned stop is called (more than
+// once is fine); stop returns when they have all finished.
+func (l *loadGen) background(clients int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.run(ctx, clients, 0)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 func (l *loadGen) run(ctx context.Context, clients, n int) {
 	var wg sync.WaitGroup
 	for range clients {
@@ -514,106 +529,102 @@ func TestReliabilityNothingLost(t *testing.T) {
 func TestReliabilityGatewayCrash(t *testing.T) {
 	t.Parallel()
 	before := pick(300, 5000)
-	for _, st := range allStores {
-		t.Run(string(st), func(t *testing.T) {
-			t.Parallel()
-			d := newDeployment(t, st)
-			vkey := withCheckpoints(t, d)
-			g := d.start(t)
-			l := newLoadGen(t, g, "")
+	eachStore(t, func(t *testing.T, d *deployment) {
+		vkey := withCheckpoints(t, d)
+		g := d.start(t)
+		l := newLoadGen(t, g, "")
 
-			// Long calls, so the kill finds calls running for sure.
-			const sleepers = 4
-			marker := sleepMarker(t, 60)
-			sleepSession := l.session + "-sleep"
-			lctx, cancelLong := context.WithCancel(context.Background())
-			defer cancelLong()
-			for i := range sleepers {
-				go func() {
-					_, _ = g.tryDo(lctx, http.MethodPost, "/v1/tool-calls", "Bearer "+d.keys[agentFull],
-						execCall(map[string]any{"argv": []string{"/bin/sleep", marker}, "timeout_s": 120}, fmt.Sprintf("sleep-%d", i), sleepSession))
-				}()
-			}
-
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan struct{})
+		// Long calls, so the kill finds calls running for sure.
+		const sleepers = 4
+		marker := sleepMarker(t, 60)
+		sleepSession := l.session + "-sleep"
+		lctx, cancelLong := context.WithCancel(context.Background())
+		defer cancelLong()
+		for i := range sleepers {
 			go func() {
-				defer close(done)
-				l.run(ctx, loadClients, 0)
+				_, _ = g.tryDo(lctx, http.MethodPost, "/v1/tool-calls", "Bearer "+d.keys[agentFull],
+					execCall(map[string]any{"argv": []string{"/bin/sleep", marker}, "timeout_s": 120}, fmt.Sprintf("sleep-%d", i), sleepSession))
 			}()
-			deadline := time.Now().Add(90 * time.Second)
-			for l.answered.Load() < int64(before) || len(procsWithMarker(marker)) < sleepers {
-				if time.Now().After(deadline) {
-					t.Fatalf("load did not reach %d answers with %d long calls running in 90s (answers %d, sleepers %d)",
-						before, sleepers, l.answered.Load(), len(procsWithMarker(marker)))
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			killedAt := time.Now()
-			g.kill()
-			cancel()
-			<-done
-			cancelLong()
-			if left := waitNoProcs(marker, 5*time.Second); len(left) > 0 {
-				t.Errorf("long calls' children %v survived the gateway's SIGKILL", left)
-			}
-			res := l.snapshot()
-			inflight := 0
-			for _, s := range res {
-				if s.err != nil && s.at.Before(killedAt) {
-					inflight++
-				}
-			}
-			t.Logf("%s: killed after %d answers; %d calls cut off in flight; answers: %s", st, l.answered.Load(), inflight, summarize(res))
+		}
 
-			t2 := time.Now()
-			g2 := d.start(t)
-			t.Logf("%s: restarted and listening in %s", st, time.Since(t2).Round(time.Millisecond))
-			receipts := g2.sessionReceipts(t, l.session)
-			p := &problems{t: t}
-			for _, s := range res {
-				if s.err == nil && s.status == http.StatusServiceUnavailable {
-					p.add("call %d answered 503 %q without a fault", s.i, s.code)
-				}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			l.run(ctx, loadClients, 0)
+		}()
+		deadline := time.Now().Add(90 * time.Second)
+		for l.answered.Load() < int64(before) || len(procsWithMarker(marker)) < sleepers {
+			if time.Now().After(deadline) {
+				t.Fatalf("load did not reach %d answers with %d long calls running in 90s (answers %d, sleepers %d)",
+					before, sleepers, l.answered.Load(), len(procsWithMarker(marker)))
 			}
-			extra := checkAnswered(p, res, receipts)
-			statuses := map[string]int{}
-			for id, rc := range extra {
-				statuses[rc.Decision+"/"+rc.status()]++
-				switch {
-				case rc.Decision == "allow" && rc.status() != "interrupted" && rc.status() != "succeeded":
-					p.add("unanswered allowed call's receipt %s is %q, want interrupted (or succeeded)", id, rc.status())
-				case rc.Decision != "allow" && rc.status() != "error":
-					p.add("unanswered refused call's receipt %s is %q, want error", id, rc.status())
-				}
+			time.Sleep(20 * time.Millisecond)
+		}
+		killedAt := time.Now()
+		g.kill()
+		cancel()
+		<-done
+		cancelLong()
+		if left := waitNoProcs(marker, 5*time.Second); len(left) > 0 {
+			t.Errorf("long calls' children %v survived the gateway's SIGKILL", left)
+		}
+		res := l.snapshot()
+		inflight := 0
+		for _, s := range res {
+			if s.err != nil && s.at.Before(killedAt) {
+				inflight++
 			}
-			if len(extra) > inflight {
-				p.add("%d receipts without an answer, but only %d calls were in flight", len(extra), inflight)
+		}
+		t.Logf("%s: killed after %d answers; %d calls cut off in flight; answers: %s", d.store, l.answered.Load(), inflight, summarize(res))
+
+		t2 := time.Now()
+		g2 := d.start(t)
+		t.Logf("%s: restarted and listening in %s", d.store, time.Since(t2).Round(time.Millisecond))
+		receipts := g2.sessionReceipts(t, l.session)
+		p := &problems{t: t}
+		for _, s := range res {
+			if s.err == nil && s.status == http.StatusServiceUnavailable {
+				p.add("call %d answered 503 %q without a fault", s.i, s.code)
 			}
-			sleeping := g2.sessionReceipts(t, sleepSession)
-			if len(sleeping) != sleepers {
-				p.add("%d receipts for the %d long calls running at the kill", len(sleeping), sleepers)
+		}
+		extra := checkAnswered(p, res, receipts)
+		statuses := map[string]int{}
+		for id, rc := range extra {
+			statuses[rc.Decision+"/"+rc.status()]++
+			switch {
+			case rc.Decision == "allow" && rc.status() != "interrupted" && rc.status() != "succeeded":
+				p.add("unanswered allowed call's receipt %s is %q, want interrupted (or succeeded)", id, rc.status())
+			case rc.Decision != "allow" && rc.status() != "error":
+				p.add("unanswered refused call's receipt %s is %q, want error", id, rc.status())
 			}
-			for id, rc := range sleeping {
-				if rc.Decision != "allow" || rc.status() != "interrupted" {
-					p.add("long call's receipt %s: decision %q outcome %q, want allow/interrupted", id, rc.Decision, rc.status())
-				}
+		}
+		if len(extra) > inflight {
+			p.add("%d receipts without an answer, but only %d calls were in flight", len(extra), inflight)
+		}
+		sleeping := g2.sessionReceipts(t, sleepSession)
+		if len(sleeping) != sleepers {
+			p.add("%d receipts for the %d long calls running at the kill", len(sleeping), sleepers)
+		}
+		for id, rc := range sleeping {
+			if rc.Decision != "allow" || rc.status() != "interrupted" {
+				p.add("long call's receipt %s: decision %q outcome %q, want allow/interrupted", id, rc.Decision, rc.status())
 			}
-			pending := g2.listReceipts(t, url.Values{"outcome": {"pending"}, "limit": {"1000"}})
-			for _, rc := range pending {
-				p.add("receipt %s still pending after the restart", rc.ID)
-			}
-			p.report("crash recovery")
-			t.Logf("%s: %d receipts for %d answers; unanswered receipts by decision/outcome: %v; long calls interrupted: %d",
-				st, len(receipts), l.answered.Load(), statuses, len(sleeping))
-			if !strings.Contains(g2.stderr.String(), "calls left pending by a previous run marked interrupted") {
-				t.Error("the restart did not log the interrupted calls")
-			}
-			if err := g2.stop(20 * time.Second); err != nil {
-				t.Fatalf("gateway stop: %v", err)
-			}
-			t.Logf("%s: %s", st, verifyEvidence(t, d, vkey))
-		})
-	}
+		}
+		pending := g2.listReceipts(t, url.Values{"outcome": {"pending"}, "limit": {"1000"}})
+		for _, rc := range pending {
+			p.add("receipt %s still pending after the restart", rc.ID)
+		}
+		p.report("crash recovery")
+		t.Logf("%s: %d receipts for %d answers; unanswered receipts by decision/outcome: %v; long calls interrupted: %d",
+			d.store, len(receipts), l.answered.Load(), statuses, len(sleeping))
+		if !strings.Contains(g2.stderr.String(), "calls left pending by a previous run marked interrupted") {
+			t.Error("the restart did not log the interrupted calls")
+		}
+		if err := g2.stop(20 * time.Second); err != nil {
+			t.Fatalf("gateway stop: %v", err)
+		}
+		t.Logf("%s: %s", d.store, verifyEvidence(t, d, vkey))
+	})
 }

@@ -52,17 +52,7 @@ func appendConfig(t *testing.T, d *deployment, yaml string) {
 // setTools rewrites the deployment's policy data so principal may call tools.
 func setTools(t *testing.T, d *deployment, principal string, tools ...string) {
 	t.Helper()
-	path := filepath.Join(d.bundleDir, "data.json")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var data map[string]map[string]map[string]map[string]any
-	if err := json.Unmarshal(b, &data); err != nil {
-		t.Fatal(err)
-	}
-	data["e2e"]["principals"][principal]["tools"] = tools
-	writeJSON(t, path, data)
+	editPrincipals(t, d, func(ps map[string]map[string]any) { ps[principal]["tools"] = tools })
 }
 
 // hideBwrap runs the gateway in a private mount namespace where

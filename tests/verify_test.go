@@ -344,12 +344,7 @@ func waitHeadSeq(t *testing.T, dir, vkey string, seq int64) string {
 // database anchored its result.
 func TestEvidenceVerifyFailureModes(t *testing.T) {
 	t.Parallel()
-	for _, st := range allStores {
-		t.Run(string(st), func(t *testing.T) {
-			t.Parallel()
-			testVerifyFailureModes(t, st)
-		})
-	}
+	eachStoreKind(t, testVerifyFailureModes)
 }
 
 func testVerifyFailureModes(t *testing.T, st store) {

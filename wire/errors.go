@@ -31,15 +31,46 @@ const (
 	CodeInternal            Code = "internal"
 )
 
+// Codes lists every contract code, in the order above: tables keyed by
+// code (the gateway's status and MCP mapping) are tested against it.
+var Codes = []Code{
+	CodeUnauthenticated, CodeForbidden, CodeInvalidInput, CodeUnknownTool,
+	CodePermissionDenied, CodeFSDenied, CodeNetworkDenied, CodeSandboxViolation,
+	CodeNotFound, CodePreconditionFailed, CodeInvalidFrontmatter, CodeReadLimit, CodeWriteLimit,
+	CodeTooLarge, CodeTimeout, CodeEvidenceUnavailable, CodeSandboxUnavailable,
+	CodeBackendUnavailable, CodeInternal,
+}
+
 // Error is a contract error: a code, a message that says what was wrong and
 // what would be accepted, and details naming the offending field.
+//
+// Op and Err are for the gateway's own log, never for the client: the
+// operation that failed ("exec: start", "httpget: resolve") and the cause
+// it wraps (a syscall error, a driver error). Neither is encoded; the
+// gateway logs them where the error leaves it.
 type Error struct {
 	Code    Code           `json:"code"`
 	Message string         `json:"message"`
 	Details map[string]any `json:"details"`
+	Op      string         `json:"-"`
+	Err     error          `json:"-"`
 }
 
-func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return string(e.Code) + ": " + e.Message + " (" + e.Op + ": " + e.Err.Error() + ")"
+	}
+	return string(e.Code) + ": " + e.Message
+}
+
+// Unwrap is the cause, for errors.Is and errors.As.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Wrap builds a contract error whose message is for the client and whose
+// cause (err, with the operation op) is only logged.
+func Wrap(code Code, op string, err error, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Details: map[string]any{}, Op: op, Err: err}
+}
 
 // Errorf builds a contract error.
 func Errorf(code Code, format string, args ...any) *Error {

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/portcullis/portcullis/backends/sandbox"
+	"github.com/portcullis/portcullis/internal/testutil"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -174,7 +174,7 @@ func BenchmarkRunnerTrue(b *testing.B) {
 	r := New(Options{})
 	s := sandbox.Spec{Argv: []string{"/bin/true"}, Env: []string{"PATH=/usr/bin:/bin"}, Timeout: 10 * time.Second, MaxOutputBytes: 4096,
 		Scope: wire.Scope{Network: wire.Network{Posture: wire.PostureOff}}}
-	benchMedian(b, func() error {
+	testutil.MedianMS(b, func() error {
 		_, err := r.Run(context.Background(), s)
 		return err
 	})
@@ -195,55 +195,7 @@ func BenchmarkBareBwrapTrue(b *testing.B) {
 // runner around it.
 func bareBwrap(b *testing.B, r *Runner, p sandbox.Profile) {
 	filter, _ := seccompFilter()
-	benchMedian(b, func() error { return runBare(r, p, filter) })
-}
-
-// benchTree is a project-like grant: 2,000 directories holding 20,000 files,
-// with a git repository and a few secret-shaped files (masked).
-func benchTree(b *testing.B) string {
-	b.Helper()
-	root, err := filepath.EvalSymlinks(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	root = filepath.Join(root, "proj")
-	n := 0
-	var mk func(dir string, depth int)
-	mk = func(dir string, depth int) {
-		if n >= 2000 {
-			return
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		n++
-		for i := range 10 {
-			name := "f" + strconv.Itoa(i) + ".go"
-			if n%400 == 0 && i == 0 {
-				name = ".env"
-			}
-			if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if depth < 7 {
-			for i := range 4 {
-				mk(filepath.Join(dir, "d"+strconv.Itoa(i)), depth+1)
-			}
-		}
-	}
-	for i := 0; n < 2000; i++ {
-		mk(filepath.Join(root, "pkg"+strconv.Itoa(i)), 1)
-	}
-	for _, p := range []string{".git/config", ".git/hooks/pre-commit.sample"} {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, p), nil, 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return root
+	testutil.MedianMS(b, func() error { return runBare(r, p, filter) })
 }
 
 func treeScope(tree string) wire.Scope {
@@ -256,14 +208,14 @@ func treeScope(tree string) wire.Scope {
 // mount check before release and the post-run guard).
 func BenchmarkRunnerTree(b *testing.B) {
 	requireBwrap(b)
-	tree := benchTree(b)
+	tree := testutil.ProjectTree(b)
 	r := New(Options{})
 	s := sandbox.Spec{Argv: []string{"/bin/true"}, Env: []string{"PATH=/usr/bin:/bin"}, Timeout: 10 * time.Second, MaxOutputBytes: 4096,
 		Scope: treeScope(tree)}
 	if _, err := r.Run(context.Background(), s); err != nil { // warm the cache
 		b.Fatal(err)
 	}
-	benchMedian(b, func() error {
+	testutil.MedianMS(b, func() error {
 		_, err := r.Run(context.Background(), s)
 		return err
 	})
@@ -273,7 +225,7 @@ func BenchmarkRunnerTree(b *testing.B) {
 // BenchmarkRunnerTree (the profile computed once, outside the loop).
 func BenchmarkBareBwrapTree(b *testing.B) {
 	requireBwrap(b)
-	tree := benchTree(b)
+	tree := testutil.ProjectTree(b)
 	r := New(Options{PidsMax: -1})
 	p, err := sandbox.BuildProfile(sandbox.Spec{Scope: treeScope(tree)}, r.opts.Profile)
 	if err != nil {
@@ -287,7 +239,7 @@ func BenchmarkBareBwrapTree(b *testing.B) {
 // medians and their ratio (the runner's cost over bare bwrap).
 func BenchmarkRunnerVsBareTree(b *testing.B) {
 	requireBwrap(b)
-	tree := benchTree(b)
+	tree := testutil.ProjectTree(b)
 	r := New(Options{})
 	s := sandbox.Spec{Argv: []string{"/bin/true"}, Env: []string{"PATH=/usr/bin:/bin"}, Timeout: 10 * time.Second, MaxOutputBytes: 4096,
 		Scope: treeScope(tree)}
@@ -360,22 +312,5 @@ func runBare(r *Runner, p sandbox.Profile, filter []byte) error {
 
 // BenchmarkForkExecTrue is the floor: /bin/true, no sandbox.
 func BenchmarkForkExecTrue(b *testing.B) {
-	benchMedian(b, func() error { return exec.Command("/bin/true").Run() })
-}
-
-// benchMedian runs fn b.N times and reports the median, which the noisy
-// shared machine's mean would hide.
-func benchMedian(b *testing.B, fn func() error) {
-	b.Helper()
-	d := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		if err := fn(); err != nil {
-			b.Fatal(err)
-		}
-		d = append(d, time.Since(t0))
-	}
-	slices.Sort(d)
-	b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, "median-ms")
+	testutil.MedianMS(b, func() error { return exec.Command("/bin/true").Run() })
 }

@@ -79,6 +79,10 @@ type Runner struct {
 // Name is the backend name recorded in the enforced scope and the receipt.
 func (r *Runner) Name() string { return Name }
 
+// ProxyAddr is where the call's egress proxy listens inside its network
+// namespace (backends.EgressProxy).
+func (r *Runner) ProxyAddr() string { return ProxyAddr }
+
 // MemoryLimit is how this runner bounds a call's memory_bytes:
 // wire.MemoryLimitCgroup when calls get their own memory cgroup, else
 // wire.MemoryLimitRlimitData. Exec records it in the enforced scope.

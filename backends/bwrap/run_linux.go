@@ -103,30 +103,14 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 	if err != nil {
 		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
 	}
-	released := false
+	c := &bwrapCall{spec: spec, prof: prof, win: win, hold: hold}
 	defer func() {
-		if !released {
+		if !c.released {
 			win.Close()
 		}
 	}()
+	defer c.files.closeAll()
 
-	var files openFiles
-	defer files.closeAll()
-	data := func(b []byte) (*os.File, error) {
-		rd, wr, err := os.Pipe()
-		if err != nil {
-			return nil, fmt.Errorf("bwrap: pipe: %w", err)
-		}
-		files.add(rd)
-		defer wr.Close()
-		if len(b) > 60<<10 {
-			return nil, errors.New("bwrap: data too large for a pipe")
-		}
-		if _, err := wr.Write(b); err != nil {
-			return nil, fmt.Errorf("bwrap: writing sandbox data: %w", err)
-		}
-		return rd, nil
-	}
 	filter, err := seccompFilter()
 	if err != nil {
 		return sandbox.Result{}, err
@@ -137,186 +121,252 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 	if err != nil {
 		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
 	}
-	limits, err := process.Rlimits(spec.Limits, rlimitData)
-	if err != nil {
+	if c.limits, err = process.Rlimits(spec.Limits, rlimitData); err != nil {
 		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
 	}
-	// ExtraFiles become fds 3, 4, ... in this order (Launch.Direct).
-	var extra []*os.File
-	f := fds{seccomp: 3, status: 4, passwd: 5, group: 6, hosts: 7, block: 8, sync: -1}
-	seccompR, err := data(filter)
-	if err != nil {
+	if err := c.openDataFiles(filter); err != nil {
 		return sandbox.Result{}, err
 	}
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		return sandbox.Result{}, fmt.Errorf("bwrap: pipe: %w", err)
-	}
-	files.add(statusR)
-	passwdR, err := data([]byte(passwdData(prof.Home)))
-	if err != nil {
-		return sandbox.Result{}, err
-	}
-	groupR, err := data([]byte(groupData))
-	if err != nil {
-		return sandbox.Result{}, err
-	}
-	hostsR, err := data([]byte(hostsData))
-	if err != nil {
-		return sandbox.Result{}, err
-	}
-	extra = append(extra, seccompR, statusW, passwdR, groupR, hostsR)
-
 	// bwrap's child blocks on --block-fd until the runner has applied the
 	// rlimits to it (prlimit) and moved it into the call's pids cgroup, so
 	// nothing runs unlimited and nothing it forks escapes the cgroup.
-	var cg *cgroup.Call
-	if r.cgroups != nil {
-		cg, err = r.cgroups.NewCallLimits(cgroup.Limits{Pids: r.opts.PidsMax, MemoryBytes: memBytes})
-		if err != nil && (r.opts.RequirePidsLimit || memBytes > 0) {
-			return sandbox.Result{}, err
-		}
-		if err != nil {
-			r.log.WarnContext(ctx, "bwrap: running without a pids cgroup", "error", err)
-		}
-	} else if r.opts.RequirePidsLimit && r.opts.PidsMax > 0 {
-		return sandbox.Result{}, errors.New("bwrap: a pids cgroup is required but none is available")
+	if c.cg, err = r.callCgroup(ctx, memBytes); err != nil {
+		return sandbox.Result{}, err
 	}
-	if cg != nil {
+	if c.cg != nil {
 		// The pid namespace is already torn down when Run returns; the
 		// kernel may still be releasing its tasks, so the empty cgroup is
 		// removed off the call's path (Remove finishes in the background).
-		defer cg.Remove()
+		defer c.cg.Remove()
 	}
 	blockR, blockW, err := os.Pipe()
 	if err != nil {
 		return sandbox.Result{}, fmt.Errorf("bwrap: pipe: %w", err)
 	}
-	files.add(blockW)
-	extra = append(extra, blockR)
+	c.files.add(blockW)
+	c.blockW = blockW
+	c.extra = append(c.extra, blockR)
 	// The autorun guard's read-only binds, by descriptor; a target that
 	// moved since the profile was computed means building it again.
-	pinned, err := prof.Pin()
+	pinned, err := c.prof.Pin()
 	if err != nil {
-		for _, e := range extra {
-			_ = e.Close()
-		}
+		c.closeExtra()
 		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
 	}
 	for _, p := range pinned {
-		files.add(p)
-		f.autorun = append(f.autorun, 3+len(extra))
-		extra = append(extra, p)
+		c.files.add(p)
+		c.fds.autorun = append(c.fds.autorun, 3+len(c.extra))
+		c.extra = append(c.extra, p)
 	}
 	// The mount check's signal (gate_linux.go).
-	var syncF *os.File
-	var ready <-chan struct{}
 	if win.Active() {
 		var wd int
-		syncF, wd, ready, err = r.sync.watch()
+		c.syncF, wd, c.ready, err = r.sync.watch()
 		if err != nil {
-			for _, e := range extra {
-				_ = e.Close()
-			}
+			c.closeExtra()
 			return sandbox.Result{}, err
 		}
-		defer r.sync.done(syncF, wd)
-		f.sync = 3 + len(extra)
-		extra = append(extra, syncF)
+		defer r.sync.done(c.syncF, wd)
+		c.fds.sync = 3 + len(c.extra)
+		c.extra = append(c.extra, c.syncF)
 	}
-
-	env := spec.Env
-	var net *netSandbox
-	switch prof.Network.Posture {
-	case wire.PostureAllowlist:
-		net, err = r.newNetSandbox(ctx, prof.Network.Allow)
-		if err != nil {
-			for _, e := range extra {
-				_ = e.Close()
-			}
+	c.env = spec.Env
+	if c.prof.Network.Posture == wire.PostureAllowlist {
+		if c.net, err = r.newNetSandbox(ctx, c.prof.Network.Allow); err != nil {
+			c.closeExtra()
 			return sandbox.Result{}, err
 		}
-		defer net.close()
-		env = withEnv(env, proxyEnv())
-		prof.EnvNames = envNames(env)
+		defer c.net.close()
+		c.env = withEnv(c.env, proxyEnv())
+		c.prof.EnvNames = envNames(c.env)
 	}
+	return r.launch(ctx, c)
+}
 
-	inner := spec
+// bwrapCall is one sandboxed run as runOnce sets it up and launch runs it.
+type bwrapCall struct {
+	spec sandbox.Spec
+	prof sandbox.Profile
+	win  *sandbox.Window
+	hold *setupHold
+	// released: the program may have run, so the window's autorun guard
+	// has finished (and closed) it.
+	released bool
+
+	files  openFiles
+	extra  []*os.File // ExtraFiles: fds 3, 4, ... in this order (Launch.Direct)
+	fds    fds
+	limits []process.Rlimit
+	// statusR is bwrap's --json-status-fd; blockW releases its child.
+	statusR, blockW *os.File
+	cg              *cgroup.Call
+	syncF           *os.File
+	ready           <-chan struct{}
+	net             *netSandbox
+	env             []string
+}
+
+// openDataFiles opens the pipes bwrap reads its data from (the seccomp
+// filter, /etc/passwd, /etc/group, /etc/hosts) and its status pipe, in
+// the order of fds.
+func (c *bwrapCall) openDataFiles(filter []byte) error {
+	c.fds = fds{seccomp: 3, status: 4, passwd: 5, group: 6, hosts: 7, block: 8, sync: -1}
+	data := func(b []byte) (*os.File, error) {
+		rd, wr, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("bwrap: pipe: %w", err)
+		}
+		c.files.add(rd)
+		defer wr.Close()
+		if len(b) > 60<<10 {
+			return nil, errors.New("bwrap: data too large for a pipe")
+		}
+		if _, err := wr.Write(b); err != nil {
+			return nil, fmt.Errorf("bwrap: writing sandbox data: %w", err)
+		}
+		return rd, nil
+	}
+	seccompR, err := data(filter)
+	if err != nil {
+		return err
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("bwrap: pipe: %w", err)
+	}
+	c.files.add(statusR)
+	c.statusR = statusR
+	passwdR, err := data([]byte(passwdData(c.prof.Home)))
+	if err != nil {
+		return err
+	}
+	groupR, err := data([]byte(groupData))
+	if err != nil {
+		return err
+	}
+	hostsR, err := data([]byte(hostsData))
+	if err != nil {
+		return err
+	}
+	c.extra = append(c.extra, seccompR, statusW, passwdR, groupR, hostsR)
+	return nil
+}
+
+// closeExtra closes the descriptors handed to bwrap so far (a setup step
+// failed before launch).
+func (c *bwrapCall) closeExtra() {
+	for _, e := range c.extra {
+		_ = e.Close()
+	}
+}
+
+// callCgroup is the call's own cgroup (pids, and memory when memBytes is
+// set), or nil where none is available and none is required.
+func (r *Runner) callCgroup(ctx context.Context, memBytes int64) (*cgroup.Call, error) {
+	if r.cgroups == nil {
+		if r.opts.RequirePidsLimit && r.opts.PidsMax > 0 {
+			return nil, errors.New("bwrap: a pids cgroup is required but none is available")
+		}
+		return nil, nil
+	}
+	cg, err := r.cgroups.NewCallLimits(cgroup.Limits{Pids: r.opts.PidsMax, MemoryBytes: memBytes})
+	if err != nil && (r.opts.RequirePidsLimit || memBytes > 0) {
+		return nil, err
+	}
+	if err != nil {
+		r.log.WarnContext(ctx, "bwrap: running without a pids cgroup", "error", err)
+	}
+	return cg, nil
+}
+
+// execArgv is the argv bwrap runs and the files it binds read-only for
+// it. An exec restriction cannot be put on bwrap (Landlock forbids the
+// mounts it makes): the helper, bound read-only into the sandbox,
+// restricts itself there and then execs the program.
+func (r *Runner) execArgv(spec sandbox.Spec) (argv, roFiles []string, err error) {
+	if spec.ExecAllow == nil {
+		return spec.Argv, nil, nil
+	}
+	helper, err := r.proc.HelperPath()
+	if err != nil {
+		return nil, nil, fmt.Errorf("bwrap: the exec-restrict helper: %w", err)
+	}
+	if process.LandlockABI() < 1 {
+		return nil, nil, process.ErrNoLandlock
+	}
+	allow := append(process.ExecChain(spec.Argv[0]), spec.ExecAllow...)
+	return append([]string{helper}, process.RestrictArgs(allow, spec.Argv)...), []string{helper}, nil
+}
+
+// launch starts bwrap on the set-up call, holds its child until its mounts
+// are verified (the gate), and reads how it ended.
+func (r *Runner) launch(ctx context.Context, c *bwrapCall) (sandbox.Result, error) {
+	inner := c.spec
 	inner.Dir = "/"
-	inner.Env = env
-	// An exec restriction cannot be put on bwrap (Landlock forbids the
-	// mounts it makes): the helper, bound read-only into the sandbox,
-	// restricts itself there and then execs the program.
-	argv, roFiles := spec.Argv, []string(nil)
-	if spec.ExecAllow != nil {
-		helper, err := r.proc.HelperPath()
-		if err != nil {
-			return sandbox.Result{}, fmt.Errorf("bwrap: the exec-restrict helper: %w", err)
-		}
-		if process.LandlockABI() < 1 {
-			return sandbox.Result{}, process.ErrNoLandlock
-		}
-		allow := append(process.ExecChain(spec.Argv[0]), spec.ExecAllow...)
-		argv = append([]string{helper}, process.RestrictArgs(allow, spec.Argv)...)
-		roFiles = []string{helper}
-		inner.ExecAllow = nil
+	inner.Env = c.env
+	argv, roFiles, err := r.execArgv(c.spec)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	if c.spec.ExecAllow != nil {
+		inner.ExecAllow = nil // the helper applies it inside
 	}
 	launch := process.Launch{
-		Argv:       append([]string{r.bwrap}, r.layout.args(prof, f, argv, roFiles...)...),
-		ExtraFiles: extra,
+		Argv:       append([]string{r.bwrap}, r.layout.args(c.prof, c.fds, argv, roFiles...)...),
+		ExtraFiles: c.extra,
 		Direct:     true,
 	}
-	if net != nil {
-		launch.OnThread = net.enter
+	if c.net != nil {
+		launch.OnThread = c.net.enter
 	}
 
-	st := &statusReader{cg: cg, block: blockW, limits: limits}
+	st := &statusReader{cg: c.cg, block: c.blockW, limits: c.limits}
 	var running *runningCall // set by the gate, read after statusDone
 	exited := make(chan struct{})
 	st.gate = func(pid int) error {
-		if win.Active() {
-			err := awaitReady(ctx, ready, exited, syncF)
+		if c.win.Active() {
+			err := awaitReady(ctx, c.ready, exited, c.syncF)
 			if err != nil {
 				// bwrap fails when a bind's source vanished (a tree
 				// change since the profile): then build again.
-				if verr := win.Verify(); errors.Is(verr, sandbox.ErrTreeChanged) {
+				if verr := c.win.Verify(); errors.Is(verr, sandbox.ErrTreeChanged) {
 					err = verr
 				} else {
 					err = fmt.Errorf("bwrap: waiting for the sandbox's mounts: %w", err)
 				}
 			} else {
-				err = win.Verify()
+				err = c.win.Verify()
 			}
 			if err != nil {
-				hold.end()
+				c.hold.end()
 				return err
 			}
 		}
-		running = hold.release(prof.ReadWrite, cg, pid)
+		running = c.hold.release(c.prof.ReadWrite, c.cg, pid)
 		return nil
 	}
 
 	statusDone := make(chan struct{})
 	go func() {
 		defer close(statusDone)
-		st.read(statusR)
+		st.read(c.statusR)
 	}()
 
 	res, runErr := r.proc.RunLaunch(ctx, inner, launch)
 	close(exited)
 	// bwrap is gone; its status pipe reaches EOF unless a stray holder
 	// keeps it open, which the deadline covers.
-	_ = statusR.SetReadDeadline(time.Now().Add(time.Second))
+	_ = c.statusR.SetReadDeadline(time.Now().Add(time.Second))
 	<-statusDone
 	r.frz.unregister(running)
-	if net != nil {
-		stats := net.finish()
+	if c.net != nil {
+		stats := c.net.finish()
 		res.Network = &stats
 	}
 	if st.wasReleased() {
 		// The program may have run: the guard looks at what it left.
-		released = true
-		res.Autorun = win.Finish()
+		c.released = true
+		res.Autorun = c.win.Finish()
 		for _, ch := range res.Autorun {
 			r.log.WarnContext(ctx, "bwrap: autorun guard: the run created or replaced a file that runs later for someone else",
 				"path", ch.Path, "reason", ch.Reason, "moved_to", ch.QuarantinedAs, "error", ch.Error)
@@ -325,11 +375,17 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 	if runErr != nil {
 		return sandbox.Result{}, fmt.Errorf("bwrap: %w", runErr)
 	}
+	return r.exitOf(ctx, c, st, res)
+}
+
+// exitOf is how the program ended, from bwrap's status: its exit code or
+// signal, or the error of a sandbox that could not be set up.
+func (r *Runner) exitOf(ctx context.Context, c *bwrapCall, st *statusReader, res sandbox.Result) (sandbox.Result, error) {
 	if err := st.error(); err != nil {
 		return sandbox.Result{}, err
 	}
 	exit, ran := st.exit()
-	if ran && spec.ExecAllow != nil && exit == process.HelperExitCode && strings.HasPrefix(lastLine(strings.TrimSpace(res.Stderr)), process.RestrictRefusal) {
+	if ran && c.spec.ExecAllow != nil && exit == process.HelperExitCode && strings.HasPrefix(lastLine(strings.TrimSpace(res.Stderr)), process.RestrictRefusal) {
 		return sandbox.Result{}, fmt.Errorf("bwrap: the program's exec restriction could not be applied: %s", lastLine(strings.TrimSpace(res.Stderr)))
 	}
 	switch {
@@ -346,10 +402,10 @@ func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 		// Stopped by us; the process runner's signal is the honest answer.
 	default:
 		msg := strings.TrimSpace(res.Stderr)
-		r.log.ErrorContext(ctx, "bwrap: the sandbox could not be set up", "argv0", spec.Argv[0], "bwrap_stderr", lastLine(msg))
+		r.log.ErrorContext(ctx, "bwrap: the sandbox could not be set up", "argv0", c.spec.Argv[0], "bwrap_stderr", lastLine(msg))
 		return sandbox.Result{}, fmt.Errorf("bwrap: the sandbox could not be set up or the program could not be executed: %s", lastLine(msg))
 	}
-	res.Profile = &prof
+	res.Profile = &c.prof
 	return res, nil
 }
 

@@ -109,13 +109,13 @@ func parseRule(e string) (rule, error) {
 	}
 	name := normalizeName(hostPart)
 	if s, ok := strings.CutPrefix(name, "*."); ok {
-		if !validName(s) || !strings.Contains(s, ".") {
+		if !ValidName(s) || !strings.Contains(s, ".") {
 			return rule{}, errors.New("wildcard needs a domain with at least two labels, e.g. *.example.com")
 		}
 		r.suffix = "." + s
 		return r, nil
 	}
-	if !validName(name) {
+	if !ValidName(name) {
 		return rule{}, errors.New("not a host name, IP, CIDR or *.domain")
 	}
 	r.host = name
@@ -142,9 +142,10 @@ func normalizeName(h string) string {
 	return strings.TrimSuffix(strings.ToLower(h), ".")
 }
 
-// validName accepts LDH labels (and '_', seen in real names) only, so that
-// nothing odd (spaces, '%', NULs, '@') reaches the resolver.
-func validName(h string) bool {
+// ValidName accepts LDH labels (and '_', seen in real names) only, so that
+// nothing odd (spaces, '%', NULs, '@') reaches the resolver: the names the
+// allowlist accepts, and the only names http.get will resolve.
+func ValidName(h string) bool {
 	if h == "" || len(h) > 253 {
 		return false
 	}
@@ -214,7 +215,7 @@ func (a *Allowlist) Resolve(ctx context.Context, res Resolver, host string, port
 		return netip.AddrPortFrom(ip, uint16(port)), nil
 	}
 	name := normalizeName(h)
-	if !validName(name) {
+	if !ValidName(name) {
 		return netip.AddrPort{}, fmt.Errorf("%w: %q is not a valid host name", ErrDenied, host)
 	}
 	if !a.nameAllowed(name, port) {

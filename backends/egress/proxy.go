@@ -17,7 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/portcullis/portcullis/backends/sandbox"
+	"github.com/portcullis/portcullis/wire"
 )
 
 // Options configure a Proxy.
@@ -54,7 +54,7 @@ type Proxy struct {
 	ln      net.Listener
 	conns   map[net.Conn]struct{}
 	closed  bool
-	stats   sandbox.NetworkStats
+	stats   wire.NetworkStats
 	seen    map[string]bool
 	wg      sync.WaitGroup
 	bytesIn atomic.Int64
@@ -89,7 +89,7 @@ func New(opts Options) *Proxy {
 		opts: opts, log: opts.Logger, sem: make(chan struct{}, opts.MaxConns),
 		ctx: ctx, cancel: cancel,
 		conns: map[net.Conn]struct{}{}, seen: map[string]bool{},
-		stats: sandbox.NetworkStats{Allowed: []string{}, Refused: []string{}, Denials: map[string]string{}},
+		stats: wire.NetworkStats{Allowed: []string{}, Refused: []string{}, Denials: map[string]string{}},
 	}
 }
 
@@ -150,7 +150,7 @@ func (p *Proxy) Close() error {
 }
 
 // Stats returns what the proxy saw so far.
-func (p *Proxy) Stats() sandbox.NetworkStats {
+func (p *Proxy) Stats() wire.NetworkStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.stats

@@ -52,7 +52,7 @@ const (
 	helperVersion = "v4"
 	helperSep     = "--"
 	statusFD      = 3
-	statusReady   = "ready\n"
+	statusReady   = HelperReady
 	// nLimits is the number of limits, which follow the exec arguments.
 	nLimits = 4
 	// maxProcs is the most procs arguments (v1: pids and memory).
@@ -83,39 +83,9 @@ var limitResources = [nLimits]struct {
 }
 
 // rlimitArg is one limit as the helper receives it.
-type rlimitArg struct {
-	set       bool
-	soft, max uint64
-}
+type rlimitArg = RlimitArg
 
-func (a rlimitArg) String() string {
-	if !a.set {
-		return "-"
-	}
-	return strconv.FormatUint(a.soft, 10) + ":" + strconv.FormatUint(a.max, 10)
-}
-
-func parseRlimitArg(s string) (rlimitArg, error) {
-	if s == "-" {
-		return rlimitArg{}, nil
-	}
-	softS, maxS, ok := strings.Cut(s, ":")
-	if !ok {
-		return rlimitArg{}, fmt.Errorf("limit %q: want \"-\" or SOFT:HARD", s)
-	}
-	soft, err := strconv.ParseUint(softS, 10, 64)
-	if err != nil {
-		return rlimitArg{}, fmt.Errorf("limit %q: soft value: %w", s, err)
-	}
-	hard, err := strconv.ParseUint(maxS, 10, 64)
-	if err != nil {
-		return rlimitArg{}, fmt.Errorf("limit %q: hard value: %w", s, err)
-	}
-	if soft > hard {
-		return rlimitArg{}, fmt.Errorf("limit %q: soft above hard", s)
-	}
-	return rlimitArg{set: true, soft: soft, max: hard}, nil
-}
+func parseRlimitArg(s string) (rlimitArg, error) { return ParseRlimitArg(s) }
 
 // userArg renders the helper's user argument.
 func userArg(c *Credential) string {
@@ -255,6 +225,105 @@ func (r *Runner) HelperPath() (string, error) {
 	return filepath.EvalSymlinks(r.helper)
 }
 
+// helperPlan is what the runner asks of the helper: the cgroups to join,
+// the user to become, the exec restriction (nil: none), the limits and the
+// target's argv.
+type helperPlan struct {
+	procs     []string
+	user      *Credential
+	execAllow []string
+	limits    [nLimits]rlimitArg
+	argv      []string
+}
+
+// parseHelperArgs reads the helper's arguments (helperArgs' encoding),
+// checking every path and limit.
+func parseHelperArgs(args []string) (helperPlan, error) {
+	if len(args) < 2 {
+		return helperPlan{}, fmt.Errorf("want %s N PROCS... UID:GID|- M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+	}
+	if args[0] != helperVersion {
+		return helperPlan{}, fmt.Errorf("protocol version %q, want %q", args[0], helperVersion)
+	}
+	n, err := strconv.Atoi(args[1])
+	if err != nil || n < 0 || n > maxProcs || len(args) < 2+n {
+		return helperPlan{}, fmt.Errorf("cgroup count %q: want 0 to %d, each followed by its path", args[1], maxProcs)
+	}
+	procs := args[2 : 2+n]
+	for _, p := range procs {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || filepath.Base(p) != procsBase {
+			return helperPlan{}, fmt.Errorf("cgroup: %q is not a clean absolute path to %s", p, procsBase)
+		}
+	}
+	if len(args) < 4+n {
+		return helperPlan{}, fmt.Errorf("want %s N PROCS... UID:GID|- M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+	}
+	user, err := parseUserArg(args[2+n])
+	if err != nil {
+		return helperPlan{}, err
+	}
+	var execAllow []string // nil: no restriction
+	limitsAt := 4 + n
+	if m := args[3+n]; m != "-" {
+		k, err := strconv.Atoi(m)
+		if err != nil || k < 0 || k > maxExecAllow {
+			return helperPlan{}, fmt.Errorf("exec count %q: want - or 0 to %d", m, maxExecAllow)
+		}
+		if len(args) < limitsAt+k {
+			return helperPlan{}, fmt.Errorf("want %s N PROCS... UID:GID|- M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+		}
+		execAllow = append([]string{}, args[limitsAt:limitsAt+k]...)
+		for _, p := range execAllow {
+			if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+				return helperPlan{}, fmt.Errorf("exec restriction: %q is not a clean absolute path", p)
+			}
+		}
+		limitsAt += k
+	}
+	if len(args) < limitsAt+nLimits+2 {
+		return helperPlan{}, fmt.Errorf("want %s N PROCS... UID:GID|- M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
+	}
+	if args[limitsAt+nLimits] != helperSep {
+		return helperPlan{}, fmt.Errorf("argument %d is %q, want %q", limitsAt+nLimits, args[limitsAt+nLimits], helperSep)
+	}
+	var limits [nLimits]rlimitArg
+	for i := range nLimits {
+		l, err := parseRlimitArg(args[limitsAt+i])
+		if err != nil {
+			return helperPlan{}, fmt.Errorf("%s: %v", limitResources[i].name, err)
+		}
+		limits[i] = l
+	}
+	argv := args[limitsAt+nLimits+1:]
+	if !filepath.IsAbs(argv[0]) {
+		return helperPlan{}, fmt.Errorf("argv[0] %q is not an absolute path", argv[0])
+	}
+	return helperPlan{procs: procs, user: user, execAllow: execAllow, limits: limits, argv: argv}, nil
+}
+
+// setLimits sets each limit and reads it back. It allocates only to
+// report a failure: RLIMIT_DATA may already be in place.
+func setLimits(limits [nLimits]rlimitArg) error {
+	for i, l := range limits {
+		if !l.Set {
+			continue
+		}
+		r := limitResources[i]
+		want := unix.Rlimit{Cur: l.Soft, Max: l.Hard}
+		if err := unix.Setrlimit(r.res, &want); err != nil {
+			return fmt.Errorf("setrlimit %s to %s: %v", r.name, l, err)
+		}
+		var got unix.Rlimit
+		if err := unix.Getrlimit(r.res, &got); err != nil {
+			return fmt.Errorf("getrlimit %s: %v", r.name, err)
+		}
+		if got != want {
+			return fmt.Errorf("%s is %d:%d after setting %s", r.name, got.Cur, got.Max, l)
+		}
+	}
+	return nil
+}
+
 // runHelper applies the limits and execs the target; it returns only on
 // failure, with the exit code to use.
 func runHelper(args []string) int {
@@ -273,65 +342,11 @@ func runHelper(args []string) int {
 	if status == nil {
 		return fail("status fd %d is not open: refusing to run outside the process runner", statusFD)
 	}
-	if len(args) < 2 {
-		return fail("want %s N PROCS... UID:GID|- M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
-	}
-	if args[0] != helperVersion {
-		return fail("protocol version %q, want %q", args[0], helperVersion)
-	}
-	n, err := strconv.Atoi(args[1])
-	if err != nil || n < 0 || n > maxProcs || len(args) < 2+n {
-		return fail("cgroup count %q: want 0 to %d, each followed by its path", args[1], maxProcs)
-	}
-	procs := args[2 : 2+n]
-	for _, p := range procs {
-		if !filepath.IsAbs(p) || filepath.Clean(p) != p || filepath.Base(p) != procsBase {
-			return fail("cgroup: %q is not a clean absolute path to %s", p, procsBase)
-		}
-	}
-	if len(args) < 4+n {
-		return fail("want %s N PROCS... UID:GID|- M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
-	}
-	user, err := parseUserArg(args[2+n])
+	plan, err := parseHelperArgs(args)
 	if err != nil {
 		return fail("%v", err)
 	}
-	var execAllow []string // nil: no restriction
-	limitsAt := 4 + n
-	if m := args[3+n]; m != "-" {
-		k, err := strconv.Atoi(m)
-		if err != nil || k < 0 || k > maxExecAllow {
-			return fail("exec count %q: want - or 0 to %d", m, maxExecAllow)
-		}
-		if len(args) < limitsAt+k {
-			return fail("want %s N PROCS... UID:GID|- M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
-		}
-		execAllow = append([]string{}, args[limitsAt:limitsAt+k]...)
-		for _, p := range execAllow {
-			if !filepath.IsAbs(p) || filepath.Clean(p) != p {
-				return fail("exec restriction: %q is not a clean absolute path", p)
-			}
-		}
-		limitsAt += k
-	}
-	if len(args) < limitsAt+nLimits+2 {
-		return fail("want %s N PROCS... UID:GID|- M|- EXEC... SOFT:HARD|- x%d -- ARGV..., got %d arguments", helperVersion, nLimits, len(args))
-	}
-	if args[limitsAt+nLimits] != helperSep {
-		return fail("argument %d is %q, want %q", limitsAt+nLimits, args[limitsAt+nLimits], helperSep)
-	}
-	var limits [nLimits]rlimitArg
-	for i := range nLimits {
-		l, err := parseRlimitArg(args[limitsAt+i])
-		if err != nil {
-			return fail("%s: %v", limitResources[i].name, err)
-		}
-		limits[i] = l
-	}
-	argv := args[limitsAt+nLimits+1:]
-	if !filepath.IsAbs(argv[0]) {
-		return fail("argv[0] %q is not an absolute path", argv[0])
-	}
+	procs, user, execAllow, limits, argv := plan.procs, plan.user, plan.execAllow, plan.limits, plan.argv
 	// Join first: before the limits (RLIMIT_NOFILE could leave no fd to
 	// open procs with) and long before the exec, so the target never runs
 	// outside the call cgroup. A failed join is a refusal, not a warning:
@@ -388,22 +403,8 @@ func runHelper(args []string) int {
 	execFailed = append(execFailed, argv[0][:min(len(argv[0]), 512)]...)
 	execFailed = append(execFailed, ": "...)
 
-	for i, l := range limits {
-		if !l.set {
-			continue
-		}
-		r := limitResources[i]
-		want := unix.Rlimit{Cur: l.soft, Max: l.max}
-		if err := unix.Setrlimit(r.res, &want); err != nil {
-			return fail("setrlimit %s to %s: %v", r.name, l, err)
-		}
-		var got unix.Rlimit
-		if err := unix.Getrlimit(r.res, &got); err != nil {
-			return fail("getrlimit %s: %v", r.name, err)
-		}
-		if got != want {
-			return fail("%s is %d:%d after setting %s", r.name, got.Cur, got.Max, l)
-		}
+	if err := setLimits(limits); err != nil {
+		return fail("%v", err)
 	}
 	// The target must not inherit the status pipe; without it the runner
 	// could not tell a refusal from a start.

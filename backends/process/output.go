@@ -4,22 +4,25 @@ import (
 	"unicode/utf8"
 )
 
-// capBuffer keeps the first max bytes written to it and counts the rest, so
+// OutputBuffer keeps the first max bytes written to it and counts the rest, so
 // the pipe it drains never fills up and blocks the child. over, when set,
-// is called (once per buffer) when the first byte past max arrives.
-type capBuffer struct {
+// is called (once per buffer) when the first byte past max arrives. Every
+// runner captures a program's stdout and stderr in one; it is read (Text)
+// only after the goroutine writing it has finished.
+type OutputBuffer struct {
 	buf   []byte
 	max   int
 	total int64
 	over  func()
 }
 
-func newCapBuffer(max int) *capBuffer {
-	return &capBuffer{max: max, buf: make([]byte, 0, min(max, 64<<10))}
+// NewOutputBuffer keeps at most max bytes.
+func NewOutputBuffer(max int) *OutputBuffer {
+	return &OutputBuffer{max: max, buf: make([]byte, 0, min(max, 64<<10))}
 }
 
 // Write never fails: bytes past the cap are counted and discarded.
-func (c *capBuffer) Write(p []byte) (int, error) {
+func (c *OutputBuffer) Write(p []byte) (int, error) {
 	was := c.total
 	c.total += int64(len(p))
 	if c.over != nil && was <= int64(c.max) && c.total > int64(c.max) {
@@ -31,9 +34,9 @@ func (c *capBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// text returns the captured bytes as valid UTF-8 of at most max bytes and
+// Text returns the captured bytes as valid UTF-8 of at most max bytes and
 // whether anything was lost to the cap.
-func (c *capBuffer) text() (string, bool) {
+func (c *OutputBuffer) Text() (string, bool) {
 	return toUTF8(c.buf, c.max, c.total > int64(len(c.buf)))
 }
 
@@ -77,13 +80,4 @@ func dropPartialRune(b []byte) []byte {
 		}
 	}
 	return b
-}
-
-// Text turns captured output into what a Result carries: valid UTF-8 with
-// every invalid byte replaced, at most max bytes, cut on a rune boundary.
-// truncated says b is a prefix of a longer stream; the second result says
-// whether anything was lost. For runners that capture output themselves
-// (seatbelt on macOS), so that every backend reports output the same way.
-func Text(b []byte, max int, truncated bool) (string, bool) {
-	return toUTF8(b, max, truncated)
 }

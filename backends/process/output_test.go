@@ -38,13 +38,13 @@ func TestToUTF8(t *testing.T) {
 
 func TestCapBuffer(t *testing.T) {
 	t.Parallel()
-	b := newCapBuffer(10)
+	b := NewOutputBuffer(10)
 	for range 5 {
 		if n, err := b.Write([]byte("abcd")); n != 4 || err != nil {
 			t.Fatalf("Write = %d, %v; want 4, nil", n, err)
 		}
 	}
-	got, trunc := b.text()
+	got, trunc := b.Text()
 	if got != "abcdabcdab" || !trunc || b.total != 20 {
 		t.Errorf("text %q truncated %v total %d", got, trunc, b.total)
 	}

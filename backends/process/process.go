@@ -44,8 +44,6 @@ const (
 	// drainGrace bounds how long output is still read after the program's
 	// group was killed: a process that escaped the group may hold the pipes.
 	drainGrace = 500 * time.Millisecond
-	// statusReadTimeout bounds reading the helper's status pipe.
-	statusReadTimeout = time.Second
 	// DefaultPidsMax is Options.PidsMax when it is zero.
 	DefaultPidsMax = 1024
 	// cgroupKillTimeout bounds killing what is left in a run's cgroup.

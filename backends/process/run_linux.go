@@ -44,28 +44,15 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 		}
 	}
 	defer closeExtra()
-	if err := checkSpec(spec); err != nil {
+	target, err := r.checkLaunch(ctx, spec, l)
+	if err != nil {
 		return sandbox.Result{}, err
-	}
-	target := spec.Argv
-	if len(l.Argv) > 0 {
-		if !filepath.IsAbs(l.Argv[0]) {
-			return sandbox.Result{}, fmt.Errorf("process: launcher %q is not absolute", l.Argv[0])
-		}
-		target = l.Argv
-	}
-	if !filepath.IsAbs(r.helper) {
-		return sandbox.Result{}, fmt.Errorf("process: helper path %q is not absolute", r.helper)
-	}
-	if err := ctx.Err(); err != nil {
-		return sandbox.Result{}, fmt.Errorf("process: not started: %w", err)
 	}
 
 	// The helper joins the call cgroup before it execs the target, so
 	// nothing the target forks is ever outside it.
 	var procs []string
 	var cg *cgroup.Call
-	var err error
 	memoryByCgroup := false
 	if !l.Direct {
 		cg, memoryByCgroup, err = r.callCgroup(ctx, spec)
@@ -77,13 +64,8 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 		// Runs after the leader was waited for, which killed everything
 		// in the cgroup first (startAndWait).
 		defer cg.Remove()
-		procs = cg.ProcsPaths()
-		// The helper writes to whatever path it is given, as root here:
-		// only ever one of this runner's own call cgroups.
-		for _, p := range procs {
-			if !r.cgParent.Contains(p) {
-				return sandbox.Result{}, fmt.Errorf("process: call cgroup %q is not under %q", p, r.cgParent.Dir())
-			}
+		if procs, err = r.ownProcs(cg); err != nil {
+			return sandbox.Result{}, err
 		}
 	}
 	limits, err := r.rlimits(spec.Limits, !memoryByCgroup)
@@ -95,31 +77,11 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 	if l.Direct {
 		user = nil // the launcher (bwrap) chooses the sandbox's user itself
 	}
-	dir := spec.Dir
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "portcullis-exec-")
-		if err != nil {
-			return sandbox.Result{}, fmt.Errorf("process: private working directory: %w", err)
-		}
-		defer func() {
-			if err := os.RemoveAll(tmp); err != nil {
-				r.log.WarnContext(ctx, "process: removing private working directory", "dir", tmp, "error", err)
-			}
-		}()
-		dir = tmp
-		if user != nil {
-			if err := os.Lchown(tmp, int(user.UID), int(user.GID)); err != nil {
-				return sandbox.Result{}, fmt.Errorf("process: private working directory: %w", err)
-			}
-		}
+	dir, cleanup, err := r.workDir(ctx, spec, user)
+	if err != nil {
+		return sandbox.Result{}, err
 	}
-	if user != nil {
-		for _, d := range spec.PrivateDirs {
-			if err := giveTree(d, *user); err != nil {
-				return sandbox.Result{}, fmt.Errorf("process: handing %s to uid %d: %w", d, user.UID, err)
-			}
-		}
-	}
+	defer cleanup()
 
 	var pipes pipeSet
 	defer pipes.closeAll()
@@ -135,48 +97,13 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-
-	env := make([]string, 0, len(spec.Env)) // never nil: nil would inherit the gateway's environment
-	env = append(env, spec.Env...)
-	// The exec restriction covers what this runner execs itself (the
-	// program, or the launcher) besides what the spec allows.
-	var execAllow []string
-	if spec.ExecAllow != nil {
-		execAllow = append(ExecChain(target[0]), spec.ExecAllow...)
-		if len(execAllow) > maxExecAllow {
-			return sandbox.Result{}, fmt.Errorf("process: %d exec restriction paths, more than %d", len(execAllow), maxExecAllow)
-		}
-		if LandlockABI() < 1 {
-			return sandbox.Result{}, ErrNoLandlock
-		}
+	cmd, err := r.command(spec, l, target, procs, user, limits)
+	if err != nil {
+		return sandbox.Result{}, err
 	}
-	path, args := r.helper, helperArgs(procs, user, execAllow, limits, target)
-	files := append([]*os.File{statW}, l.ExtraFiles...)
-	if l.Direct {
-		if execAllow != nil {
-			// Without the helper nothing here restricts the program; a
-			// launcher restricts it itself (RestrictArgs) and clears
-			// ExecAllow. Landlock on the launcher would also forbid the
-			// mounts a sandbox launcher makes.
-			return sandbox.Result{}, errors.New("process: a direct launch cannot restrict exec; the launcher must (RestrictArgs)")
-		}
-		path, args, files = target[0], target, l.ExtraFiles
-	}
-	cmd := &exec.Cmd{
-		Path:       path,
-		Args:       args,
-		Env:        env,
-		Dir:        dir,
-		Stdout:     outW,
-		Stderr:     errW,
-		ExtraFiles: files,
-		SysProcAttr: &syscall.SysProcAttr{
-			// A new session is a new process group (pgid = pid) without a
-			// controlling terminal, so the whole group can be signalled
-			// and no terminal can be driven from inside.
-			Setsid:    true,
-			Pdeathsig: syscall.SIGKILL,
-		},
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, outW, errW
+	if !l.Direct {
+		cmd.ExtraFiles = append([]*os.File{statW}, l.ExtraFiles...)
 	}
 
 	g := &group{cg: cg}
@@ -188,14 +115,147 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 	if err != nil {
 		return sandbox.Result{}, fmt.Errorf("process: starting %s: %w", target[0], err)
 	}
-	startedAt := g.startedAt
 	// The child holds its own copies; ours must go so EOF can arrive.
 	pipes.close(outW, errW, statW)
 	if l.Started != nil {
 		l.Started(cmd.Process.Pid)
 	}
+	res, exit, stdout, stderr := r.await(ctx, spec, g, done, &pipes, outR, errR)
 
-	stdout, stderr := newCapBuffer(spec.MaxOutputBytes), newCapBuffer(spec.MaxOutputBytes)
+	if l.Direct {
+		// No helper, no status: nothing else holds statW.
+	} else if msg := readStatus(statR); msg != "" {
+		r.log.ErrorContext(ctx, "process: helper refused to run the program", "argv0", spec.Argv[0], "reason", msg)
+		return sandbox.Result{}, fmt.Errorf("process: helper refused to start %s: %s", spec.Argv[0], msg)
+	}
+	if exit.err != nil && exit.state == nil {
+		return sandbox.Result{}, fmt.Errorf("process: waiting for %s: %w", spec.Argv[0], exit.err)
+	}
+	exitStatus(&res, exit)
+	res.Stdout, res.StdoutTruncated = stdout.Text()
+	res.Stderr, res.StderrTruncated = stderr.Text()
+	return res, nil
+}
+
+// checkLaunch checks a launch before anything is made for it, and returns
+// what is executed: the launcher's argv when there is one, else the
+// program's.
+func (r *Runner) checkLaunch(ctx context.Context, spec sandbox.Spec, l Launch) ([]string, error) {
+	if err := checkSpec(spec); err != nil {
+		return nil, err
+	}
+	target := spec.Argv
+	if len(l.Argv) > 0 {
+		if !filepath.IsAbs(l.Argv[0]) {
+			return nil, fmt.Errorf("process: launcher %q is not absolute", l.Argv[0])
+		}
+		target = l.Argv
+	}
+	if !filepath.IsAbs(r.helper) {
+		return nil, fmt.Errorf("process: helper path %q is not absolute", r.helper)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("process: not started: %w", err)
+	}
+	return target, nil
+}
+
+// ownProcs are cg's cgroup.procs paths, each checked to be one of this
+// runner's own call cgroups: the helper writes to whatever path it is
+// given, as root here.
+func (r *Runner) ownProcs(cg *cgroup.Call) ([]string, error) {
+	procs := cg.ProcsPaths()
+	for _, p := range procs {
+		if !r.cgParent.Contains(p) {
+			return nil, fmt.Errorf("process: call cgroup %q is not under %q", p, r.cgParent.Dir())
+		}
+	}
+	return procs, nil
+}
+
+// workDir is the program's working directory: spec.Dir, or a private one
+// (owned by the program's user) that cleanup removes. The spec's private
+// directories are handed to that user as well.
+func (r *Runner) workDir(ctx context.Context, spec sandbox.Spec, user *Credential) (dir string, cleanup func(), err error) {
+	dir, cleanup = spec.Dir, func() {}
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "portcullis-exec-")
+		if err != nil {
+			return "", cleanup, fmt.Errorf("process: private working directory: %w", err)
+		}
+		cleanup = func() {
+			if err := os.RemoveAll(tmp); err != nil {
+				r.log.WarnContext(ctx, "process: removing private working directory", "dir", tmp, "error", err)
+			}
+		}
+		dir = tmp
+		if user != nil {
+			if err := os.Lchown(tmp, int(user.UID), int(user.GID)); err != nil {
+				return "", cleanup, fmt.Errorf("process: private working directory: %w", err)
+			}
+		}
+	}
+	if user != nil {
+		for _, d := range spec.PrivateDirs {
+			if err := giveTree(d, *user); err != nil {
+				return "", cleanup, fmt.Errorf("process: handing %s to uid %d: %w", d, user.UID, err)
+			}
+		}
+	}
+	return dir, cleanup, nil
+}
+
+// command is the process to start: the helper, which joins the cgroup,
+// sets the limits and the user, restricts exec and then execs the target;
+// or, for a direct launch, the target itself. ExtraFiles are the launch's
+// (a helper launch puts its status pipe first).
+func (r *Runner) command(spec sandbox.Spec, l Launch, target, procs []string, user *Credential, limits [nLimits]rlimitArg) (*exec.Cmd, error) {
+	env := make([]string, 0, len(spec.Env)) // never nil: nil would inherit the gateway's environment
+	env = append(env, spec.Env...)
+	// The exec restriction covers what this runner execs itself (the
+	// program, or the launcher) besides what the spec allows.
+	var execAllow []string
+	if spec.ExecAllow != nil {
+		execAllow = append(ExecChain(target[0]), spec.ExecAllow...)
+		if len(execAllow) > maxExecAllow {
+			return nil, fmt.Errorf("process: %d exec restriction paths, more than %d", len(execAllow), maxExecAllow)
+		}
+		if LandlockABI() < 1 {
+			return nil, ErrNoLandlock
+		}
+	}
+	path, args := r.helper, helperArgs(procs, user, execAllow, limits, target)
+	if l.Direct {
+		if execAllow != nil {
+			// Without the helper nothing here restricts the program; a
+			// launcher restricts it itself (RestrictArgs) and clears
+			// ExecAllow. Landlock on the launcher would also forbid the
+			// mounts a sandbox launcher makes.
+			return nil, errors.New("process: a direct launch cannot restrict exec; the launcher must (RestrictArgs)")
+		}
+		path, args = target[0], target
+	}
+	return &exec.Cmd{
+		Path:       path,
+		Args:       args,
+		Env:        env,
+		ExtraFiles: l.ExtraFiles,
+		SysProcAttr: &syscall.SysProcAttr{
+			// A new session is a new process group (pgid = pid) without a
+			// controlling terminal, so the whole group can be signalled
+			// and no terminal can be driven from inside.
+			Setsid:    true,
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}, nil
+}
+
+// await collects the started group's output until it exits, times out,
+// is cancelled or (StopAtOutputCap) says more than it may, stopping it in
+// the last three cases; then it waits a grace period for the pipes.
+func (r *Runner) await(ctx context.Context, spec sandbox.Spec, g *group, done chan exitInfo, pipes *pipeSet, outR, errR *os.File) (sandbox.Result, exitInfo, *OutputBuffer, *OutputBuffer) {
+	startedAt := g.startedAt
+	stdout, stderr := NewOutputBuffer(spec.MaxOutputBytes), NewOutputBuffer(spec.MaxOutputBytes)
 	var capped chan struct{} // nil (never ready) unless StopAtOutputCap
 	if spec.StopAtOutputCap {
 		capped = make(chan struct{})
@@ -238,33 +298,13 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 		pipes.close(outR, errR)
 		<-drainDone
 	}
+	return res, exit, stdout, stderr
+}
 
-	if l.Direct {
-		// No helper, no status: nothing else holds statW.
-	} else if msg := readStatus(statR); msg != "" {
-		r.log.ErrorContext(ctx, "process: helper refused to run the program", "argv0", spec.Argv[0], "reason", msg)
-		return sandbox.Result{}, fmt.Errorf("process: helper refused to start %s: %s", spec.Argv[0], msg)
-	}
-	if exit.err != nil && exit.state == nil {
-		return sandbox.Result{}, fmt.Errorf("process: waiting for %s: %w", spec.Argv[0], exit.err)
-	}
-	ws, ok := exit.state.Sys().(syscall.WaitStatus)
-	switch {
-	case !ok:
-		res.ExitCode = exit.state.ExitCode()
-	case ws.Signaled():
-		res.ExitCode = -1
-		name := unix.SignalName(ws.Signal())
-		if name == "" {
-			name = fmt.Sprintf("signal %d", int(ws.Signal()))
-		}
-		res.Signal = &name
-	default:
-		res.ExitCode = ws.ExitStatus()
-	}
-	res.Stdout, res.StdoutTruncated = stdout.text()
-	res.Stderr, res.StderrTruncated = stderr.text()
-	return res, nil
+// exitStatus sets res's exit code, or its signal, from how the process
+// ended.
+func exitStatus(res *sandbox.Result, exit exitInfo) {
+	res.ExitCode, res.Signal = ExitStatus(exit.state)
 }
 
 // giveTree chowns dir and everything below it to c without following
@@ -344,7 +384,7 @@ func (r *Runner) rlimits(l wire.Limits, rlimitData bool) ([nLimits]rlimitArg, er
 				soft = min(soft, hard)
 			}
 		}
-		out[i] = rlimitArg{set: true, soft: soft, max: hard}
+		out[i] = rlimitArg{Set: true, Soft: soft, Hard: hard}
 	}
 	return out, nil
 }
@@ -553,7 +593,7 @@ func (g *group) kill(done <-chan exitInfo) exitInfo {
 }
 
 // drain copies r into buf until EOF or until r is closed.
-func drain(r io.Reader, buf *capBuffer) {
+func drain(r io.Reader, buf *OutputBuffer) {
 	p := make([]byte, 32<<10)
 	for {
 		n, err := r.Read(p)
@@ -569,19 +609,7 @@ func drain(r io.Reader, buf *capBuffer) {
 // readStatus returns the helper's refusal, or "" when it set the limits and
 // exec'd the target.
 func readStatus(f *os.File) string {
-	_ = f.SetReadDeadline(time.Now().Add(statusReadTimeout))
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return "reading helper status: " + err.Error()
-	}
-	switch s := string(b); {
-	case s == statusReady:
-		return ""
-	case s == "":
-		return "the helper exited without reporting (does the helper binary call MaybeRunHelper?)"
-	default:
-		return strings.TrimSpace(strings.TrimPrefix(s, statusReady))
-	}
+	return ReadHelperStatus(f, "the helper exited without reporting (does the helper binary call MaybeRunHelper?)")
 }
 
 // pipeSet owns the pipe ends of one run and closes each exactly once.
@@ -642,8 +670,8 @@ func Rlimits(l wire.Limits, rlimitData bool) ([]Rlimit, error) {
 	}
 	var out []Rlimit
 	for i, a := range args {
-		if a.set {
-			out = append(out, Rlimit{Resource: limitResources[i].res, Name: limitResources[i].name, Cur: a.soft, Max: a.max})
+		if a.Set {
+			out = append(out, Rlimit{Resource: limitResources[i].res, Name: limitResources[i].name, Cur: a.Soft, Max: a.Hard})
 		}
 	}
 	return out, nil

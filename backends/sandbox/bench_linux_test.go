@@ -1,57 +1,19 @@
 package sandbox
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
-)
 
-// benchTree makes a project-like tree of 2,000 directories holding 20,000
-// files (10 each), up to 7 levels deep, with a git repository (config and
-// hooks, guarded) and a few secret-shaped files at various depths.
-func benchTree(b testing.TB) string {
-	b.Helper()
-	root := filepath.Join(tmpTree(b), "proj")
-	n := 0
-	var mk func(dir string, depth int)
-	mk = func(dir string, depth int) {
-		if n >= 2000 {
-			return
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		n++
-		for i := range 10 {
-			name := fmt.Sprintf("f%d.go", i)
-			if n%400 == 0 && i == 0 {
-				name = ".env"
-			}
-			if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if depth < 7 {
-			for i := range 4 {
-				mk(filepath.Join(dir, fmt.Sprintf("d%d", i)), depth+1)
-			}
-		}
-	}
-	for i := 0; n < 2000; i++ {
-		mk(filepath.Join(root, fmt.Sprintf("pkg%d", i)), 1)
-	}
-	put(b, filepath.Join(root, ".git/config"), "[core]\n")
-	put(b, filepath.Join(root, ".git/hooks/pre-commit.sample"), "")
-	return root
-}
+	"github.com/portcullis/portcullis/internal/testutil"
+)
 
 // BenchmarkProfileTree measures building the profile of a call granted a
 // 20k-file, 2k-directory tree read-write: cold (a new cache: full scan and
 // watches), warm (cache hit), and after one change in the tree (one
 // directory listed again).
 func BenchmarkProfileTree(b *testing.B) {
-	root := benchTree(b)
+	root := testutil.ProjectTree(b)
 	spec := rwSpec(root)
 	opts := ProfileOptions{UserHome: "/nonexistent"}
 	b.Run("cold", func(b *testing.B) {

@@ -26,9 +26,8 @@ import (
 
 // How a run is stopped; the same as the process runner's.
 const (
-	termGrace         = process.TermGrace
-	drainGrace        = 500 * time.Millisecond
-	statusReadTimeout = time.Second
+	termGrace  = process.TermGrace
+	drainGrace = 500 * time.Millisecond
 )
 
 // execer starts a launcher argv (sandbox-exec and the program) through the
@@ -44,25 +43,8 @@ type execer struct {
 // run executes argv for spec. The error is only for a run that could not
 // start (bad spec, helper refusal); a program that fails is a Result.
 func (x *execer) run(ctx context.Context, spec sandbox.Spec, argv []string) (sandbox.Result, error) {
-	switch {
-	case len(argv) == 0 || !filepath.IsAbs(argv[0]):
-		return sandbox.Result{}, fmt.Errorf("seatbelt: launcher argv %q must start with an absolute path", argv)
-	case !filepath.IsAbs(x.helper):
-		return sandbox.Result{}, fmt.Errorf("seatbelt: helper path %q is not absolute", x.helper)
-	case spec.Timeout <= 0:
-		return sandbox.Result{}, fmt.Errorf("seatbelt: timeout %v must be positive", spec.Timeout)
-	case spec.MaxOutputBytes <= 0:
-		return sandbox.Result{}, fmt.Errorf("seatbelt: max output bytes %d must be positive", spec.MaxOutputBytes)
-	case spec.Dir != "" && !filepath.IsAbs(spec.Dir):
-		return sandbox.Result{}, fmt.Errorf("seatbelt: working directory %q is not absolute", spec.Dir)
-	}
-	for i, a := range argv {
-		if strings.IndexByte(a, 0) >= 0 {
-			return sandbox.Result{}, fmt.Errorf("seatbelt: argv[%d] contains a NUL byte", i)
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return sandbox.Result{}, fmt.Errorf("seatbelt: not started: %w", err)
+	if err := x.check(ctx, spec, argv); err != nil {
+		return sandbox.Result{}, err
 	}
 	limits, err := limitArgs(spec.Limits)
 	if err != nil {
@@ -107,23 +89,8 @@ func (x *execer) run(ctx context.Context, spec sandbox.Spec, argv []string) (san
 		return sandbox.Result{}, err
 	}
 
-	args := []string{"portcullis-seatbelt-helper", helperArg, helperVersion}
-	for _, l := range limits {
-		args = append(args, l.String())
-	}
-	args = append(append(args, helperSep), argv...)
-	cmd := &exec.Cmd{
-		Path:       x.helper,
-		Args:       args,
-		Env:        append(make([]string, 0, len(spec.Env)), spec.Env...), // never nil: nil inherits the gateway's
-		Dir:        dir,
-		Stdout:     outW,
-		Stderr:     errW,
-		ExtraFiles: []*os.File{statW},
-		// Its own session: its own process group to signal, and no
-		// controlling terminal to drive.
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
-	}
+	cmd := x.command(spec, argv, limits)
+	cmd.Dir, cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = dir, outW, errW, []*os.File{statW}
 	if err := cmd.Start(); err != nil {
 		return sandbox.Result{}, fmt.Errorf("seatbelt: starting %s: %w", argv[0], err)
 	}
@@ -135,7 +102,7 @@ func (x *execer) run(ctx context.Context, spec sandbox.Spec, argv []string) (san
 	}
 	files = []*os.File{outR, errR, statR}
 
-	stdout, stderr := newCapture(spec.MaxOutputBytes), newCapture(spec.MaxOutputBytes)
+	stdout, stderr := process.NewOutputBuffer(spec.MaxOutputBytes), process.NewOutputBuffer(spec.MaxOutputBytes)
 	var drained sync.WaitGroup
 	drained.Go(func() { _, _ = io.Copy(stdout, outR) })
 	drained.Go(func() { _, _ = io.Copy(stderr, errR) })
@@ -143,18 +110,7 @@ func (x *execer) run(ctx context.Context, spec sandbox.Spec, argv []string) (san
 	go func() { done <- cmd.Wait() }()
 
 	var res sandbox.Result
-	stop := func() error {
-		_ = unix.Kill(-pid, unix.SIGTERM)
-		grace := time.NewTimer(termGrace)
-		defer grace.Stop()
-		select {
-		case err := <-done:
-			return err
-		case <-grace.C:
-		}
-		_ = unix.Kill(-pid, unix.SIGKILL)
-		return <-done
-	}
+	stop := func() error { return stopGroup(pid, done) }
 	timer := time.NewTimer(spec.Timeout)
 	defer timer.Stop()
 	var waitErr error
@@ -189,23 +145,69 @@ func (x *execer) run(ctx context.Context, spec sandbox.Spec, argv []string) (san
 	if waitErr != nil && !errors.As(waitErr, &ee) {
 		return sandbox.Result{}, fmt.Errorf("seatbelt: waiting for %s: %w", argv[0], waitErr)
 	}
-	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	switch {
-	case !ok:
-		res.ExitCode = cmd.ProcessState.ExitCode()
-	case ws.Signaled():
-		res.ExitCode = -1
-		name := unix.SignalName(ws.Signal())
-		if name == "" {
-			name = fmt.Sprintf("signal %d", int(ws.Signal()))
-		}
-		res.Signal = &name
-	default:
-		res.ExitCode = ws.ExitStatus()
-	}
-	res.Stdout, res.StdoutTruncated = stdout.text()
-	res.Stderr, res.StderrTruncated = stderr.text()
+	res.ExitCode, res.Signal = process.ExitStatus(cmd.ProcessState)
+	res.Stdout, res.StdoutTruncated = stdout.Text()
+	res.Stderr, res.StderrTruncated = stderr.Text()
 	return res, nil
+}
+
+// check refuses a run that must not start: a relative launcher or
+// helper, no timeout or output bound, a relative working directory, a NUL
+// in an argument, a context already done.
+func (x *execer) check(ctx context.Context, spec sandbox.Spec, argv []string) error {
+	switch {
+	case len(argv) == 0 || !filepath.IsAbs(argv[0]):
+		return fmt.Errorf("seatbelt: launcher argv %q must start with an absolute path", argv)
+	case !filepath.IsAbs(x.helper):
+		return fmt.Errorf("seatbelt: helper path %q is not absolute", x.helper)
+	case spec.Timeout <= 0:
+		return fmt.Errorf("seatbelt: timeout %v must be positive", spec.Timeout)
+	case spec.MaxOutputBytes <= 0:
+		return fmt.Errorf("seatbelt: max output bytes %d must be positive", spec.MaxOutputBytes)
+	case spec.Dir != "" && !filepath.IsAbs(spec.Dir):
+		return fmt.Errorf("seatbelt: working directory %q is not absolute", spec.Dir)
+	}
+	for i, a := range argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("seatbelt: argv[%d] contains a NUL byte", i)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("seatbelt: not started: %w", err)
+	}
+	return nil
+}
+
+// command runs argv through the rlimit helper with exactly the spec's
+// environment, in its own session: its own process group to signal, and
+// no controlling terminal to drive.
+func (x *execer) command(spec sandbox.Spec, argv []string, limits [nLimits]limit) *exec.Cmd {
+	args := []string{"portcullis-seatbelt-helper", helperArg, helperVersion}
+	for _, l := range limits {
+		args = append(args, l.String())
+	}
+	args = append(append(args, helperSep), argv...)
+	return &exec.Cmd{
+		Path:        x.helper,
+		Args:        args,
+		Env:         append(make([]string, 0, len(spec.Env)), spec.Env...), // never nil: nil inherits the gateway's
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+}
+
+// stopGroup stops the process group pid leads: SIGTERM, a grace, SIGKILL;
+// it returns the leader's wait error.
+func stopGroup(pid int, done <-chan error) error {
+	_ = unix.Kill(-pid, unix.SIGTERM)
+	grace := time.NewTimer(termGrace)
+	defer grace.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-grace.C:
+	}
+	_ = unix.Kill(-pid, unix.SIGKILL)
+	return <-done
 }
 
 // limitArgs turns the spec's limits into helper arguments, lowered to the
@@ -233,52 +235,13 @@ func limitArgs(l wire.Limits) ([nLimits]limit, error) {
 			hard = min(hard, cur.Max)
 			soft = min(soft, hard)
 		}
-		out[i] = limit{set: true, soft: soft, hard: hard}
+		out[i] = limit{Set: true, Soft: soft, Hard: hard}
 	}
 	return out, nil
 }
 
-// readStatus returns the helper's refusal, or "" when it set the limits
-// and exec'd.
+// readStatus returns the helper's refusal, or "" when it set the limits and
+// exec'd the target.
 func readStatus(f *os.File) string {
-	_ = f.SetReadDeadline(time.Now().Add(statusReadTimeout))
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return "reading helper status: " + err.Error()
-	}
-	switch s := string(b); {
-	case s == statusReady:
-		return ""
-	case s == "":
-		return "the helper exited without reporting (does the gateway's main call seatbelt.MaybeRunHelper?)"
-	default:
-		return strings.TrimSpace(strings.TrimPrefix(s, statusReady))
-	}
-}
-
-// capture keeps the first max bytes of a stream and counts the rest, so
-// the pipe never fills and blocks the program.
-type capture struct {
-	mu    sync.Mutex
-	buf   []byte
-	max   int
-	total int64
-}
-
-func newCapture(max int) *capture { return &capture{max: max} }
-
-func (c *capture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.total += int64(len(p))
-	if room := c.max - len(c.buf); room > 0 {
-		c.buf = append(c.buf, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (c *capture) text() (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return process.Text(c.buf, c.max, c.total > int64(len(c.buf)))
+	return process.ReadHelperStatus(f, "the helper exited without reporting (does the gateway's main call seatbelt.MaybeRunHelper?)")
 }

@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 
+	"github.com/portcullis/portcullis/backends/process"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,7 +32,7 @@ const (
 	helperVersion = "v1"
 	helperSep     = "--"
 	statusFD      = 3
-	statusReady   = "ready\n"
+	statusReady   = process.HelperReady
 	nLimits       = 3
 )
 
@@ -99,20 +98,20 @@ func runHelper(args []string) int {
 		if err != nil {
 			return fail("%s: %v", limitResources[i].name, err)
 		}
-		if !l.set {
+		if !l.Set {
 			continue
 		}
 		r := limitResources[i]
-		want := unix.Rlimit{Cur: l.soft, Max: l.hard}
+		want := unix.Rlimit{Cur: l.Soft, Max: l.Hard}
 		if err := unix.Setrlimit(r.res, &want); err != nil {
-			return fail("setrlimit %s to %d:%d: %v", r.name, l.soft, l.hard, err)
+			return fail("setrlimit %s to %d:%d: %v", r.name, l.Soft, l.Hard, err)
 		}
 		var got unix.Rlimit
 		if err := unix.Getrlimit(r.res, &got); err != nil {
 			return fail("getrlimit %s: %v", r.name, err)
 		}
 		if got != want {
-			return fail("%s is %d:%d after setting %d:%d", r.name, got.Cur, got.Max, l.soft, l.hard)
+			return fail("%s is %d:%d after setting %d:%d", r.name, got.Cur, got.Max, l.Soft, l.Hard)
 		}
 	}
 	if _, err := unix.FcntlInt(statusFD, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
@@ -125,37 +124,8 @@ func runHelper(args []string) int {
 	return fail("exec %s: %v", argv[0], err)
 }
 
-// limit is one limit as the helper receives it.
-type limit struct {
-	set        bool
-	soft, hard uint64
-}
+// limit is one limit as the helper receives it (process.RlimitArg's
+// encoding).
+type limit = process.RlimitArg
 
-func (l limit) String() string {
-	if !l.set {
-		return "-"
-	}
-	return strconv.FormatUint(l.soft, 10) + ":" + strconv.FormatUint(l.hard, 10)
-}
-
-func parseLimit(s string) (limit, error) {
-	if s == "-" {
-		return limit{}, nil
-	}
-	softS, hardS, ok := strings.Cut(s, ":")
-	if !ok {
-		return limit{}, fmt.Errorf("limit %q: want \"-\" or SOFT:HARD", s)
-	}
-	soft, err := strconv.ParseUint(softS, 10, 64)
-	if err != nil {
-		return limit{}, fmt.Errorf("limit %q: soft value: %w", s, err)
-	}
-	hard, err := strconv.ParseUint(hardS, 10, 64)
-	if err != nil {
-		return limit{}, fmt.Errorf("limit %q: hard value: %w", s, err)
-	}
-	if soft > hard {
-		return limit{}, fmt.Errorf("limit %q: soft above hard", s)
-	}
-	return limit{set: true, soft: soft, hard: hard}, nil
-}
+func parseLimit(s string) (limit, error) { return process.ParseRlimitArg(s) }

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/portcullis/portcullis/evidence"
 	"io"
 	"log/slog"
 	"os"
@@ -19,12 +18,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/portcullis/portcullis/evidence"
+
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/portcullis/portcullis/backends/bwrap"
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 	"github.com/portcullis/portcullis/evidence/postgres"
 	"github.com/portcullis/portcullis/evidence/sqlite"
-	"github.com/portcullis/portcullis/gateway/config"
 )
 
 func configFlag(fs *flag.FlagSet) *string {

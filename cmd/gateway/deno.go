@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/portcullis/portcullis/gateway/config"
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 )
 
 // denoPath finds the deno binary code.run uses: tools.deno

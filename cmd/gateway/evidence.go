@@ -21,14 +21,14 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 
-	"github.com/portcullis/portcullis/backends"
-	"github.com/portcullis/portcullis/backends/readresult"
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/postgres"
 	"github.com/portcullis/portcullis/evidence/results"
 	"github.com/portcullis/portcullis/evidence/sqlite"
 	"github.com/portcullis/portcullis/gateway"
-	"github.com/portcullis/portcullis/gateway/config"
+	"github.com/portcullis/portcullis/tools"
+	"github.com/portcullis/portcullis/tools/readresult"
 )
 
 // devKeyName names the key `serve --dev` generates; it is also the origin
@@ -104,10 +104,10 @@ func resultStore(cfg config.Config, log *slog.Logger) *results.Store {
 		Retention: cfg.Evidence.ResultsRetention.Std(), MaxBytes: cfg.Evidence.ResultsMaxBytes, Logger: log})
 }
 
-// keeperOf is the result store read_tool_result (among tools) reads, for
+// keeperOf is the result store read_tool_result (among ts) reads, for
 // the pipeline to keep results in; nil when the tool is not offered.
-func keeperOf(tools []backends.Tool) gateway.ResultKeeper {
-	if rs := readresult.Results(tools); rs != nil {
+func keeperOf(ts []tools.Tool) gateway.ResultKeeper {
+	if rs := readresult.Results(ts); rs != nil {
 		return rs
 	}
 	return nil

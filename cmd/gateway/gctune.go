@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 
-	"github.com/portcullis/portcullis/gateway/config"
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 )
 
 // tuneGC applies runtime.gc_percent and runtime.memory_limit unless the

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/portcullis/portcullis/gateway/config"
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 )
 
 // TestTuneGC: the configured values take effect unless GOGC / GOMEMLIMIT

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/portcullis/portcullis/gateway/config"
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 	"github.com/portcullis/portcullis/wire"
 )
 

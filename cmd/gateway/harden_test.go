@@ -16,7 +16,7 @@ import (
 
 	"github.com/portcullis/portcullis/backends/process"
 	"github.com/portcullis/portcullis/backends/sandbox"
-	"github.com/portcullis/portcullis/gateway/config"
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 	"github.com/portcullis/portcullis/wire"
 )
 

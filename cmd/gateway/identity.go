@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 	"github.com/portcullis/portcullis/gateway"
-	"github.com/portcullis/portcullis/gateway/config"
 	"github.com/portcullis/portcullis/gateway/identity"
 	"github.com/portcullis/portcullis/wire"
 )

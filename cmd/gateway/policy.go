@@ -17,12 +17,12 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/bundles"
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/gateway"
-	"github.com/portcullis/portcullis/gateway/config"
 	"github.com/portcullis/portcullis/policies"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -45,8 +45,8 @@ const shadowQueue = 1024
 // openShadow loads policy.shadow_bundle with the live bundle's checks
 // (signature included: an unsigned candidate must not even be evaluated
 // when a key is configured) and starts its worker.
-func (ps *policyStack) openShadow(ctx context.Context, cfg config.Config, log *slog.Logger, tools []backends.Tool, rec bundles.ShadowRecorder) error {
-	opts, err := loadOptions(cfg, tools)
+func (ps *policyStack) openShadow(ctx context.Context, cfg config.Config, log *slog.Logger, ts []tools.Tool, rec bundles.ShadowRecorder) error {
+	opts, err := loadOptions(cfg, ts)
 	if err != nil {
 		return err
 	}
@@ -103,11 +103,9 @@ func reloadOf(r bundles.Result) wire.PolicyReload {
 	return wire.PolicyReload{Status: r.Status, Reason: r.Reason, Error: r.Error, Revision: r.Policy.Revision, Digest: r.Policy.Digest, At: r.At}
 }
 
-// buildTools are this build's tools for `policy schema`: only their names
-// and parameter schemas are used, so no backend is needed.
 // describedTools is the tool set for commands that only read the tools'
 // schemas: the same list serve runs, with a runner that never starts.
-func describedTools() []backends.Tool {
+func describedTools() []tools.Tool {
 	return newTools(config.Default(), unavailableRunner{}, slog.New(slog.DiscardHandler), nil)
 }
 
@@ -116,7 +114,7 @@ func describedTools() []backends.Tool {
 // tampered or wrongly signed bundles never activate, directories included),
 // the bundle's own tests unless policy.run_tests is false, and the input
 // schemas of the gateway's tools.
-func loadOptions(cfg config.Config, tools []backends.Tool) (policies.LoadOptions, error) {
+func loadOptions(cfg config.Config, ts []tools.Tool) (policies.LoadOptions, error) {
 	var opts policies.LoadOptions
 	if cfg.Policy.VerificationKey != "" {
 		vc, err := bundles.VerificationConfig(cfg.Policy.VerificationKey, cfg.Policy.KeyID)
@@ -129,7 +127,7 @@ func loadOptions(cfg config.Config, tools []backends.Tool) (policies.LoadOptions
 	// when it was built (policies.TestShippedRegoTests): they cannot fail
 	// now, and running them costs seconds at every start.
 	opts.RunTests = cfg.Policy.RunTests && cfg.Policy.Bundle != config.ShippedBundle
-	schemas, err := policies.InputSchemas(toolSchemas(tools))
+	schemas, err := policies.InputSchemas(toolSchemas(ts))
 	if err != nil {
 		return opts, err
 	}
@@ -139,9 +137,9 @@ func loadOptions(cfg config.Config, tools []backends.Tool) (policies.LoadOptions
 	return opts, nil
 }
 
-func toolSchemas(tools []backends.Tool) []policies.ToolSchema {
-	out := make([]policies.ToolSchema, 0, len(tools))
-	for _, t := range tools {
+func toolSchemas(ts []tools.Tool) []policies.ToolSchema {
+	out := make([]policies.ToolSchema, 0, len(ts))
+	for _, t := range ts {
 		out = append(out, policies.ToolSchema{Name: t.Name(), Args: t.Parameters()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -155,12 +153,12 @@ func toolSchemas(tools []backends.Tool) []policies.ToolSchema {
 // not fatal: like OPA, the gateway starts with no policy, reports not-ready
 // on /readyz, refuses every call 503 backend_unavailable, and the manager's
 // Run retries with backoff until a bundle activates.
-func openPolicy(ctx context.Context, cfg config.Config, log *slog.Logger, tools []backends.Tool, rec bundles.Recorder, waitRemote bool) (*policyStack, error) {
+func openPolicy(ctx context.Context, cfg config.Config, log *slog.Logger, ts []tools.Tool, rec bundles.Recorder, waitRemote bool) (*policyStack, error) {
 	src, err := bundles.NewSource(cfg.Policy.Bundle, bundles.HTTPOptions{BearerTokenFile: cfg.Policy.BearerTokenFile, Timeout: cfg.Policy.FetchTimeout.Std()})
 	if err != nil {
 		return nil, fmt.Errorf("config: policy.bundle: %w", err)
 	}
-	opts, err := loadOptions(cfg, tools)
+	opts, err := loadOptions(cfg, ts)
 	if err != nil {
 		return nil, err
 	}

@@ -6,11 +6,11 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/backends/bwrap"
-	"github.com/portcullis/portcullis/backends/exectool"
 	"github.com/portcullis/portcullis/backends/process"
 	"github.com/portcullis/portcullis/backends/sandbox"
-	"github.com/portcullis/portcullis/gateway/config"
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -25,7 +25,7 @@ import (
 //   - process: the process backend, only because it is named. It confines
 //     resources, not files or network; under a root gateway programs run
 //     as sandbox.run_as (default 65534:65534).
-func chooseRunner(ctx context.Context, cfg config.Config, log *slog.Logger) (exectool.Runner, error) {
+func chooseRunner(ctx context.Context, cfg config.Config, log *slog.Logger) (backends.Runner, error) {
 	helper := helperPath(log)
 	switch b := cfg.Sandbox.Backend; b {
 	case "process":
@@ -53,7 +53,7 @@ func chooseRunner(ctx context.Context, cfg config.Config, log *slog.Logger) (exe
 }
 
 // openSandbox returns the named OS sandbox runner once its probe passed.
-func openSandbox(ctx context.Context, cfg config.Config, name, helper string, log *slog.Logger) (exectool.Runner, error) {
+func openSandbox(ctx context.Context, cfg config.Config, name, helper string, log *slog.Logger) (backends.Runner, error) {
 	switch name {
 	case "bwrap":
 		r := bwrap.New(bwrap.Options{Logger: log, HelperPath: helper, Profile: sandbox.ProfileOptions{
@@ -72,7 +72,7 @@ func openSandbox(ctx context.Context, cfg config.Config, name, helper string, lo
 // sandbox.run_as so that they cannot read the gateway's config, keys,
 // evidence, environment or memory, nor signal it. As any other user they
 // run as that user, which nothing can change: that is said loudly.
-func processRunner(cfg config.Config, helper string, log *slog.Logger) (exectool.Runner, error) {
+func processRunner(cfg config.Config, helper string, log *slog.Logger) (backends.Runner, error) {
 	opts := process.Options{Logger: log, HelperPath: helper}
 	uid, gid, set, err := cfg.Sandbox.RunAsIDs()
 	if err != nil {
@@ -107,7 +107,7 @@ func (u unavailableRunner) Run(context.Context, sandbox.Spec) (sandbox.Result, e
 }
 
 // refusal says why Exec and code.run are refused, or "" when they run.
-func refusal(r exectool.Runner) string {
+func refusal(r backends.Runner) string {
 	if u, ok := r.(unavailableRunner); ok {
 		return u.reason
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/portcullis/portcullis/backends/exectool"
+	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/backends/seatbelt"
 )
 
@@ -13,7 +13,7 @@ const osSandbox = "seatbelt"
 
 // openSeatbelt returns the sandbox-exec runner once its probe passed. Its
 // rlimit helper is this binary (main calls seatbelt.MaybeRunHelper).
-func openSeatbelt(ctx context.Context, log *slog.Logger) (exectool.Runner, error) {
+func openSeatbelt(ctx context.Context, log *slog.Logger) (backends.Runner, error) {
 	r, err := seatbelt.New(seatbelt.RunnerOptions{Logger: log})
 	if err != nil {
 		return nil, err

@@ -24,18 +24,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/portcullis/portcullis/backends"
-	"github.com/portcullis/portcullis/backends/coderun"
-	"github.com/portcullis/portcullis/backends/exectool"
-	"github.com/portcullis/portcullis/backends/fstool"
-	"github.com/portcullis/portcullis/backends/httpget"
-	"github.com/portcullis/portcullis/backends/readresult"
 	"github.com/portcullis/portcullis/bundles"
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/postgres"
 	"github.com/portcullis/portcullis/evidence/sqlite"
 	"github.com/portcullis/portcullis/gateway"
-	"github.com/portcullis/portcullis/gateway/config"
 	"github.com/portcullis/portcullis/policies"
+	"github.com/portcullis/portcullis/tools"
+	"github.com/portcullis/portcullis/tools/coderun"
+	exectool "github.com/portcullis/portcullis/tools/exec"
+	fstool "github.com/portcullis/portcullis/tools/fs"
+	"github.com/portcullis/portcullis/tools/httpget"
+	"github.com/portcullis/portcullis/tools/readresult"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -99,32 +100,10 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := st.policy.metrics.Register(reg); err != nil {
-		return err
-	}
-	keys, err := principalKeys(cfg.Principals)
+	srv, ident, err := newServer(ctx, cfg, st, ev, log)
 	if err != nil {
 		return err
 	}
-	proxies, err := cfg.TrustedProxyNets()
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	ident, err := openIdentity(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	opts := gateway.Options{
-		Keys: keys, Policy: st.decider(), Evidence: st.writer, Receipts: st.store, Tools: st.tools,
-		InstanceID: st.instanceID, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registry: reg,
-		OpenAPI: gateway.OpenAPIDocument, PolicyRevision: st.revision, MCPAllowedOrigins: cfg.MCP.AllowedOrigins,
-		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: ev.auditor, TrustedProxies: proxies,
-		Late: ev.late, EvidenceTimeout: evidenceTimeout(cfg), Results: keeperOf(st.tools),
-	}
-	ident.wire(&opts)
-	srv := gateway.New(opts)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -136,18 +115,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer dbg.close()
-	hs := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout.Std(),
-		ReadTimeout:       cfg.HTTP.ReadTimeout.Std(),
-		WriteTimeout:      cfg.HTTP.WriteTimeout.Std(), // default 11 min: Exec may run 600 s
-		IdleTimeout:       cfg.HTTP.IdleTimeout.Std(),
-		MaxHeaderBytes:    int(cfg.HTTP.MaxHeaderBytes),
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	if ident.tls != nil {
-		hs.TLSConfig = ident.tls.Config()
-	}
+	hs := httpServer(cfg, srv, ident, log)
 	if devKeys != nil {
 		base := "http://" + ln.Addr().String()
 		if ident.tls != nil {
@@ -155,16 +123,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		printDevBanner(stdout, base, cfg, st, devKeys)
 	}
-	listening := []any{"addr", ln.Addr().String(), "instance_id", st.instanceID, "store", st.storeKind,
-		"policy_revision", st.revision(), "exec_backend", st.backend}
-	listening = append(listening, ident.logFields()...)
-	if st.refused != "" {
-		listening = append(listening, "exec_refused", st.refused)
-	}
-	if !st.engine.Ready() {
-		listening = append(listening, "policy", "none active yet: calls are refused 503 backend_unavailable until a bundle activates")
-	}
-	log.Info("listening", listening...)
+	logListening(log, ln, st, ident)
 
 	go reloadOnHUP(ctx, st, log)
 	go st.policy.manager.Run(ctx)
@@ -184,6 +143,75 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	return shutdown(hs, srv, st, log)
+}
+
+// newServer is the gateway's HTTP API over the opened stack: its metrics
+// registry, the configured principals, proxies and identity providers.
+func newServer(ctx context.Context, cfg config.Config, st *stack, ev *evidenceServices, log *slog.Logger) (*gateway.Server, *identityStack, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := st.policy.metrics.Register(reg); err != nil {
+		return nil, nil, err
+	}
+	keys, err := principalKeys(cfg.Principals)
+	if err != nil {
+		return nil, nil, err
+	}
+	proxies, err := cfg.TrustedProxyNets()
+	if err != nil {
+		return nil, nil, fmt.Errorf("config: %w", err)
+	}
+	ident, err := openIdentity(ctx, cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := gateway.Options{
+		Keys: keys, Policy: st.decider(), Evidence: st.writer, Receipts: st.store, Tools: st.tools,
+		InstanceID: st.instanceID, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registry: reg,
+		OpenAPI: gateway.OpenAPIDocument, PolicyRevision: st.revision, MCPAllowedOrigins: cfg.MCP.AllowedOrigins,
+		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: ev.auditor, TrustedProxies: proxies,
+		Late: ev.late, EvidenceTimeout: evidenceTimeout(cfg), Results: keeperOf(st.tools),
+	}
+	ident.wire(&opts)
+	return gateway.New(opts), ident, nil
+}
+
+// httpServer serves srv with the configured HTTP bounds, over TLS when
+// configured.
+func httpServer(cfg config.Config, srv *gateway.Server, ident *identityStack, log *slog.Logger) *http.Server {
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout.Std(),
+		ReadTimeout:       cfg.HTTP.ReadTimeout.Std(),
+		WriteTimeout:      cfg.HTTP.WriteTimeout.Std(), // default 11 min: Exec may run 600 s
+		IdleTimeout:       cfg.HTTP.IdleTimeout.Std(),
+		MaxHeaderBytes:    int(cfg.HTTP.MaxHeaderBytes),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if ident.tls != nil {
+		hs.TLSConfig = ident.tls.Config()
+	}
+	return hs
+}
+
+// logListening says where and how the gateway serves, and what it refuses.
+func logListening(log *slog.Logger, ln net.Listener, st *stack, ident *identityStack) {
+	listening := []any{"addr", ln.Addr().String(), "instance_id", st.instanceID, "store", st.storeKind,
+		"policy_revision", st.revision(), "exec_backend", st.backend}
+	listening = append(listening, ident.logFields()...)
+	if st.refused != "" {
+		listening = append(listening, "exec_refused", st.refused)
+	}
+	if !st.engine.Ready() {
+		listening = append(listening, "policy", "none active yet: calls are refused 503 backend_unavailable until a bundle activates")
+	}
+	log.Info("listening", listening...)
+}
+
+// shutdown finishes in-flight calls within shutdownGrace, records what
+// late outcomes it can, and flushes the evidence writer.
+func shutdown(hs *http.Server, srv *gateway.Server, st *stack, log *slog.Logger) error {
 	log.Info("shutting down: finishing in-flight calls", "grace", shutdownGrace)
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
@@ -335,7 +363,7 @@ type stack struct {
 	writer     *evidence.Writer
 	engine     *policies.Engine
 	policy     *policyStack
-	tools      []backends.Tool
+	tools      []tools.Tool
 	backend    string
 	refused    string // why Exec and code.run are refused ("" when they run)
 	instanceID string
@@ -476,13 +504,13 @@ func reloadOnHUP(ctx context.Context, st *stack, log *slog.Logger) {
 // runs these, and `policy schema` describes the same.
 // stop is closed when serve shuts down: the file tools then abandon their
 // read-only calls in flight rather than hold the shutdown.
-func newTools(cfg config.Config, runner exectool.Runner, log *slog.Logger, stop <-chan struct{}) []backends.Tool {
-	tools := []backends.Tool{exectool.New(exectool.Options{Runner: runner, Logger: log})}
-	tools = append(tools, fstool.Tools(fstool.Options{Logger: log, Stop: stop})...)
-	tools = append(tools, httpget.New(httpget.Options{Logger: log}),
+func newTools(cfg config.Config, runner backends.Runner, log *slog.Logger, stop <-chan struct{}) []tools.Tool {
+	ts := []tools.Tool{exectool.New(exectool.Options{Runner: runner, Logger: log})}
+	ts = append(ts, fstool.Tools(fstool.Options{Logger: log, Stop: stop})...)
+	ts = append(ts, httpget.New(httpget.Options{Logger: log}),
 		coderun.New(coderun.Options{Runner: runner, Deno: denoPath(cfg), Logger: log}))
 	if rs := resultStore(cfg, log); rs != nil {
-		tools = append(tools, readresult.New(rs))
+		ts = append(ts, readresult.New(rs))
 	}
-	return tools
+	return ts
 }

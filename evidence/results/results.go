@@ -461,18 +461,11 @@ func (s *Store) Sweep() (int, error) {
 // Run sweeps every minute (or Retention/4, if shorter) until ctx ends.
 func (s *Store) Run(ctx context.Context) {
 	every := min(time.Minute, max(s.opts.Retention/4, time.Second))
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if n, err := s.Sweep(); err != nil {
-				s.opts.Logger.Warn("results: sweep", "err", err.Error())
-			} else if n > 0 {
-				s.opts.Logger.Debug("results: expired results removed", "count", n)
-			}
+	evidence.Every(ctx, every, func() {
+		if n, err := s.Sweep(); err != nil {
+			s.opts.Logger.Warn("results: sweep", "err", err.Error())
+		} else if n > 0 {
+			s.opts.Logger.Debug("results: expired results removed", "count", n)
 		}
-	}
+	})
 }

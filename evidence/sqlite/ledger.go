@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"time"
@@ -14,28 +15,40 @@ import (
 
 var _ evidence.Ledger = (*Store)(nil)
 
-func (s *Store) chains(ctx context.Context, q string) ([]evidence.ChainInfo, error) {
-	rows, err := s.q.QueryContext(ctx, q)
+// queryAll runs q and scans each row with scan: the one row loop of the
+// ledger's reads. scan classifies its own Scan errors.
+func queryAll[T any](ctx context.Context, db querier, q string, args []any, scan func(*sql.Rows) (T, error)) ([]T, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, classify(err)
 	}
 	defer rows.Close()
-	var out []evidence.ChainInfo
+	var out []T
 	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, classify(rows.Err())
+}
+
+func (s *Store) chains(ctx context.Context, q string) ([]evidence.ChainInfo, error) {
+	return queryAll(ctx, s.q, q, nil, func(rows *sql.Rows) (evidence.ChainInfo, error) {
 		var (
 			id  string
 			max int64
 		)
 		if err := rows.Scan(&id, &max); err != nil {
-			return nil, classify(err)
+			return evidence.ChainInfo{}, classify(err)
 		}
 		u, err := uuid.Parse(id)
 		if err != nil {
-			return nil, fmt.Errorf("stored chain_id %q: %w", id, err)
+			return evidence.ChainInfo{}, fmt.Errorf("stored chain_id %q: %w", id, err)
 		}
-		out = append(out, evidence.ChainInfo{ChainID: u, MaxSeq: max})
-	}
-	return out, classify(rows.Err())
+		return evidence.ChainInfo{ChainID: u, MaxSeq: max}, nil
+	})
 }
 
 // Chains lists every chain in the events (a full scan; for verify).
@@ -154,26 +167,19 @@ func (s *Store) AppendTree(ctx context.Context, a evidence.TreeAppend) error {
 }
 
 func (s *Store) checkpoints(ctx context.Context, q string) ([]evidence.StoredCheckpoint, error) {
-	rows, err := s.q.QueryContext(ctx, q)
-	if err != nil {
-		return nil, classify(err)
-	}
-	defer rows.Close()
-	var out []evidence.StoredCheckpoint
-	for rows.Next() {
+	return queryAll(ctx, s.q, q, nil, func(rows *sql.Rows) (evidence.StoredCheckpoint, error) {
 		var (
 			c    evidence.StoredCheckpoint
 			root []byte
 			at   int64
 		)
 		if err := rows.Scan(&c.Size, &root, &c.Note, &at); err != nil {
-			return nil, classify(err)
+			return c, classify(err)
 		}
 		copy(c.Root[:], root)
 		c.CreatedAt = time.UnixMicro(at).UTC()
-		out = append(out, c)
-	}
-	return out, classify(rows.Err())
+		return c, nil
+	})
 }
 
 // Checkpoints lists stored checkpoints, smallest first.
@@ -198,32 +204,25 @@ func (s *Store) LatestCheckpoint(ctx context.Context) (evidence.StoredCheckpoint
 }
 
 func (s *Store) leaves(ctx context.Context, q string, args ...any) ([]evidence.Leaf, error) {
-	rows, err := s.q.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, classify(err)
-	}
-	defer rows.Close()
-	var out []evidence.Leaf
-	for rows.Next() {
+	return queryAll(ctx, s.q, q, args, func(rows *sql.Rows) (evidence.Leaf, error) {
 		var (
 			l         evidence.Leaf
 			id, chain string
 			ts        int64
 		)
 		if err := rows.Scan(&l.Index, &id, &ts, &chain, &l.ChainSeq); err != nil {
-			return nil, classify(err)
+			return l, classify(err)
 		}
 		var err error
 		if l.EventID, err = uuid.Parse(id); err != nil {
-			return nil, fmt.Errorf("stored event_id %q: %w", id, err)
+			return l, fmt.Errorf("stored event_id %q: %w", id, err)
 		}
 		if l.ChainID, err = uuid.Parse(chain); err != nil {
-			return nil, fmt.Errorf("stored chain_id %q: %w", chain, err)
+			return l, fmt.Errorf("stored chain_id %q: %w", chain, err)
 		}
 		l.EventTime = time.UnixMicro(ts).UTC()
-		out = append(out, l)
-	}
-	return out, classify(rows.Err())
+		return l, nil
+	})
 }
 
 // LeafOf returns the leaf of an event or evidence.ErrNotFound.
@@ -251,26 +250,10 @@ func (s *Store) Leaves(ctx context.Context, from int64, limit int) ([]evidence.L
 // migration 00006) into hour or day buckets: two range scans of their
 // primary keys, never of the events.
 func (s *Store) Stats(ctx context.Context, q evidence.StatsQuery) ([]evidence.StatsBucket, error) {
-	rows, err := s.q.QueryContext(ctx, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly
-		WHERE hour >= ? AND hour < ? ORDER BY hour`, q.Since.UnixMicro(), q.Until.UnixMicro())
+	cells, err := queryAll(ctx, s.q, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly
+		WHERE hour >= ? AND hour < ? ORDER BY hour`, []any{q.Since.UnixMicro(), q.Until.UnixMicro()}, scanRollupCell)
 	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: stats: %w", classify(err))
-	}
-	defer rows.Close()
-	var cells []evidence.RollupCell
-	for rows.Next() {
-		var (
-			c    evidence.RollupCell
-			hour int64
-		)
-		if err := rows.Scan(&hour, &c.PrincipalID, &c.Tool, &c.Decision, &c.N); err != nil {
-			return nil, fmt.Errorf("evidence/sqlite: stats: %w", classify(err))
-		}
-		c.Hour = time.UnixMicro(hour).UTC()
-		cells = append(cells, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: stats: %w", classify(err))
+		return nil, fmt.Errorf("evidence/sqlite: stats: %w", err)
 	}
 	rules, err := s.ruleStats(ctx, q)
 	if err != nil {
@@ -279,26 +262,33 @@ func (s *Store) Stats(ctx context.Context, q evidence.StatsQuery) ([]evidence.St
 	return evidence.Bucket(cells, rules, q), nil
 }
 
+// scanRollupCell reads one evidence_rollup_hourly row.
+func scanRollupCell(rows *sql.Rows) (evidence.RollupCell, error) {
+	var (
+		c    evidence.RollupCell
+		hour int64
+	)
+	if err := rows.Scan(&hour, &c.PrincipalID, &c.Tool, &c.Decision, &c.N); err != nil {
+		return c, classify(err)
+	}
+	c.Hour = time.UnixMicro(hour).UTC()
+	return c, nil
+}
+
 func (s *Store) ruleStats(ctx context.Context, q evidence.StatsQuery) ([]evidence.RuleRollupCell, error) {
-	rows, err := s.q.QueryContext(ctx, `SELECT hour, rule_id, n FROM evidence_rollup_rules_hourly
-		WHERE hour >= ? AND hour < ? ORDER BY hour`, q.Since.UnixMicro(), q.Until.UnixMicro())
-	if err != nil {
-		return nil, classify(err)
-	}
-	defer rows.Close()
-	var out []evidence.RuleRollupCell
-	for rows.Next() {
-		var (
-			c    evidence.RuleRollupCell
-			hour int64
-		)
-		if err := rows.Scan(&hour, &c.RuleID, &c.N); err != nil {
-			return nil, classify(err)
-		}
-		c.Hour = time.UnixMicro(hour).UTC()
-		out = append(out, c)
-	}
-	return out, classify(rows.Err())
+	return queryAll(ctx, s.q, `SELECT hour, rule_id, n FROM evidence_rollup_rules_hourly
+		WHERE hour >= ? AND hour < ? ORDER BY hour`, []any{q.Since.UnixMicro(), q.Until.UnixMicro()},
+		func(rows *sql.Rows) (evidence.RuleRollupCell, error) {
+			var (
+				c    evidence.RuleRollupCell
+				hour int64
+			)
+			if err := rows.Scan(&hour, &c.RuleID, &c.N); err != nil {
+				return c, classify(err)
+			}
+			c.Hour = time.UnixMicro(hour).UTC()
+			return c, nil
+		})
 }
 
 // TryLead makes this Store the single checkpointer of the file, among
@@ -338,25 +328,9 @@ var (
 // RollupCells returns every stored hourly count, for Verify.
 func (s *Store) RollupCells(ctx context.Context) ([]evidence.RollupCell, []evidence.RuleRollupCell, error) {
 	q := evidence.StatsQuery{Since: time.Unix(0, 0), Until: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)}
-	rows, err := s.q.QueryContext(ctx, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly ORDER BY hour`)
+	cells, err := queryAll(ctx, s.q, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly ORDER BY hour`, nil, scanRollupCell)
 	if err != nil {
-		return nil, nil, fmt.Errorf("evidence/sqlite: rollup: %w", classify(err))
-	}
-	defer rows.Close()
-	var cells []evidence.RollupCell
-	for rows.Next() {
-		var (
-			c    evidence.RollupCell
-			hour int64
-		)
-		if err := rows.Scan(&hour, &c.PrincipalID, &c.Tool, &c.Decision, &c.N); err != nil {
-			return nil, nil, fmt.Errorf("evidence/sqlite: rollup: %w", classify(err))
-		}
-		c.Hour = time.UnixMicro(hour).UTC()
-		cells = append(cells, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("evidence/sqlite: rollup: %w", classify(err))
+		return nil, nil, fmt.Errorf("evidence/sqlite: rollup: %w", err)
 	}
 	rules, err := s.ruleStats(ctx, q)
 	if err != nil {

@@ -37,18 +37,8 @@ func TestConformance(t *testing.T) {
 func TestRuleRollupBackfill(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "evidence.db")
-	s, err := sqlite.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	storetest.RuleRollupBackfill(t, s, func(t *testing.T) evidence.Store {
-		_ = s.Close()
-		s2, err := sqlite.Open(context.Background(), path)
-		if err != nil {
-			t.Fatalf("reopen: %v", err)
-		}
-		t.Cleanup(func() { _ = s2.Close() })
-		return s2
+	storetest.RuleRollupBackfill(t, func(*testing.T) (evidence.Store, error) {
+		return sqlite.Open(context.Background(), path)
 	})
 }
 

@@ -16,6 +16,29 @@ import (
 // counts once under each of its distinct rule ids, top cuts by_rule to the
 // most frequent ids with the rest under wire.StatsOtherRules, and
 // decisions not checkpointed yet are in no count.
+// sumBuckets adds up every bucket of st.
+func sumBuckets(st wire.EvidenceStats) wire.StatsBucket {
+	out := wire.StatsBucket{ByToolDecision: map[string]map[string]int64{}, ByRule: map[string]int64{}, ByTool: map[string]int64{}}
+	for _, b := range st.Buckets {
+		out.Total += b.Total
+		for tool, m := range b.ByToolDecision {
+			if out.ByToolDecision[tool] == nil {
+				out.ByToolDecision[tool] = map[string]int64{}
+			}
+			for dec, n := range m {
+				out.ByToolDecision[tool][dec] += n
+			}
+		}
+		for tool, n := range b.ByTool {
+			out.ByTool[tool] += n
+		}
+		for r, n := range b.ByRule {
+			out.ByRule[r] += n
+		}
+	}
+	return out
+}
+
 func testStatsToolDecisionRules(t *testing.T, s evidence.Store) {
 	ctx := ctxFor(t)
 	l := ledger(t, s)
@@ -62,27 +85,6 @@ func testStatsToolDecisionRules(t *testing.T, s evidence.Store) {
 
 	a := evidence.NewAuditor(l, k.verifier)
 	q := evidence.StatsQuery{Since: now.Add(-48 * time.Hour), Until: now.Add(time.Hour), Interval: "day"}
-	sum := func(st wire.EvidenceStats) wire.StatsBucket {
-		out := wire.StatsBucket{ByToolDecision: map[string]map[string]int64{}, ByRule: map[string]int64{}, ByTool: map[string]int64{}}
-		for _, b := range st.Buckets {
-			out.Total += b.Total
-			for tool, m := range b.ByToolDecision {
-				if out.ByToolDecision[tool] == nil {
-					out.ByToolDecision[tool] = map[string]int64{}
-				}
-				for dec, n := range m {
-					out.ByToolDecision[tool][dec] += n
-				}
-			}
-			for tool, n := range b.ByTool {
-				out.ByTool[tool] += n
-			}
-			for r, n := range b.ByRule {
-				out.ByRule[r] += n
-			}
-		}
-		return out
-	}
 	st, err := a.Stats(ctx, q)
 	if err != nil {
 		t.Fatalf("Stats: %v", err)
@@ -90,7 +92,7 @@ func testStatsToolDecisionRules(t *testing.T, s evidence.Store) {
 	if st.Top != evidence.DefaultStatsTop {
 		t.Errorf("Stats top = %d, want the default %d", st.Top, evidence.DefaultStatsTop)
 	}
-	got := sum(st)
+	got := sumBuckets(st)
 	wantTD := map[string]map[string]int64{
 		"Exec":  {wire.DecisionAllow: 3, wire.DecisionDeny: 1},
 		"Read":  {wire.DecisionAllow: 1, wire.DecisionDeny: 2},
@@ -144,20 +146,25 @@ func testStatsToolDecisionRules(t *testing.T, s evidence.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := sum(st); !cmp.Equal(wantTD, got.ByToolDecision) || !cmp.Equal(wantRules, got.ByRule) {
+	if got := sumBuckets(st); !cmp.Equal(wantTD, got.ByToolDecision) || !cmp.Equal(wantRules, got.ByRule) {
 		t.Errorf("hour buckets = %+v %+v", got.ByToolDecision, got.ByRule)
 	}
 }
 
 // RuleRollupBackfill proves migration 00006 counts decisions checkpointed
-// before it existed: on store s (opened at the latest schema) it writes and
-// checkpoints decisions with rule ids, then rolls the schema back to before
-// 00006 by hand (drops the rule rollup, forgets the version) and writes one
-// more decision, not checkpointed. reopen closes s and opens the same
-// database again, which migrates; by_rule must then count the old
-// decisions once, and the new one once the checkpointer reaches it.
-func RuleRollupBackfill(t *testing.T, s evidence.Store, reopen func(t *testing.T) evidence.Store) {
+// before it existed: on a store open returns (at the latest schema) it
+// writes and checkpoints decisions with rule ids, then rolls the schema
+// back to before 00006 by hand (drops the rule rollup, forgets the
+// version) and writes one more decision, not checkpointed. It then closes
+// the store and calls open again for the same database, which migrates;
+// by_rule must then count the old decisions once, and the new one once
+// the checkpointer reaches it.
+func RuleRollupBackfill(t *testing.T, open func(t *testing.T) (evidence.Store, error)) {
 	ctx := ctxFor(t)
+	s, err := open(t)
+	if err != nil {
+		t.Fatal(err)
+	}
 	raw, ok := s.(RawExecer)
 	if !ok {
 		t.Fatalf("%T cannot run raw statements", s)
@@ -190,7 +197,15 @@ func RuleRollupBackfill(t *testing.T, s evidence.Store, reopen func(t *testing.T
 	}
 	closeWriter(t, w)
 
-	s = reopen(t)
+	if c, ok := s.(interface{ Close() error }); ok {
+		_ = c.Close()
+	}
+	if s, err = open(t); err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	if c, ok := s.(interface{ Close() error }); ok {
+		t.Cleanup(func() { _ = c.Close() })
+	}
 	l := ledger(t, s)
 	a := evidence.NewAuditor(l, k.verifier)
 	now := time.Now().UTC()

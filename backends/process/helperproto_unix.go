@@ -1,0 +1,82 @@
+//go:build unix
+
+// The helper protocol both runners share: how a limit is written on the
+// helper's command line, and how it reports on its status pipe.
+
+package process
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// RlimitArg is one resource limit as a runner's helper receives it on its
+// command line: "-" (leave it) or SOFT:HARD. The process runner's helper
+// and the seatbelt runner's helper read the same encoding.
+type RlimitArg struct {
+	Set        bool
+	Soft, Hard uint64
+}
+
+func (a RlimitArg) String() string {
+	if !a.Set {
+		return "-"
+	}
+	return strconv.FormatUint(a.Soft, 10) + ":" + strconv.FormatUint(a.Hard, 10)
+}
+
+// ParseRlimitArg reads what RlimitArg.String wrote; a soft value above the
+// hard one is refused.
+func ParseRlimitArg(s string) (RlimitArg, error) {
+	if s == "-" {
+		return RlimitArg{}, nil
+	}
+	softS, hardS, ok := strings.Cut(s, ":")
+	if !ok {
+		return RlimitArg{}, fmt.Errorf("limit %q: want \"-\" or SOFT:HARD", s)
+	}
+	soft, err := strconv.ParseUint(softS, 10, 64)
+	if err != nil {
+		return RlimitArg{}, fmt.Errorf("limit %q: soft value: %w", s, err)
+	}
+	hard, err := strconv.ParseUint(hardS, 10, 64)
+	if err != nil {
+		return RlimitArg{}, fmt.Errorf("limit %q: hard value: %w", s, err)
+	}
+	if soft > hard {
+		return RlimitArg{}, fmt.Errorf("limit %q: soft above hard", s)
+	}
+	return RlimitArg{Set: true, Soft: soft, Hard: hard}, nil
+}
+
+// statusReadTimeout bounds reading a helper's status pipe.
+const statusReadTimeout = time.Second
+
+// HelperReady is what a runner's helper writes on its status pipe once the
+// limits are set, just before it execs; a refusal or a failed exec follows
+// it, or stands alone.
+const HelperReady = "ready\n"
+
+// ReadHelperStatus returns the helper's refusal read from its status pipe,
+// or "" when it set the limits and exec'd the target. missing is the
+// refusal when the helper wrote nothing (the binary does not run the
+// helper at all).
+func ReadHelperStatus(f *os.File, missing string) string {
+	_ = f.SetReadDeadline(time.Now().Add(statusReadTimeout))
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return "reading helper status: " + err.Error()
+	}
+	switch s := string(b); {
+	case s == HelperReady:
+		return ""
+	case s == "":
+		return missing
+	default:
+		return strings.TrimSpace(strings.TrimPrefix(s, HelperReady))
+	}
+}
