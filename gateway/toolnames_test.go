@@ -16,8 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
 

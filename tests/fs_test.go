@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/wire"
 	"github.com/portcullis/portcullis/internal/testutil"
+	"github.com/portcullis/portcullis/wire"
 )
 
 // fsTools are the file tools under test.
