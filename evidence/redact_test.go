@@ -135,6 +135,11 @@ func FuzzRedact(f *testing.F) {
 				prefix += " "
 			}
 		}
+		// The surroundings are arbitrary: when they carry the marker the
+		// check below looks for, it cannot tell them from a surviving secret.
+		if strings.Contains(prefix+suffix, "QQQQQQQQ") || strings.Contains(prefix+suffix, "c2lnbmF0dXJl") {
+			t.Skip("marker in the surroundings")
+		}
 		text := prefix + secret + suffix
 		args := map[string]any{"s": text, "argv": []any{"/bin/x", text}, "deep": map[string]any{"l": []any{text}}}
 		out, err := json.Marshal(evidence.Redact(args))
