@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/gateway/statedir"
 	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
@@ -189,6 +191,10 @@ func (s *Server) admit(ctx context.Context, p wire.Principal, tool tools.Tool, r
 		return a, &stop{step: "deny", decision: wire.DecisionDeny, err: &wire.Error{Code: wire.CodePermissionDenied,
 			Message: denyMessage(tool.Name(), dec.Reasons), Details: map[string]any{"reasons": nonNil(dec.Reasons)}}}
 	}
+	if st := s.bindState(ctx, p, req, &a.decision); st != nil {
+		return a, st
+	}
+	dec = a.decision
 	scope, err := step(ctx, s, "enforce", func(ctx context.Context) (wire.Scope, error) {
 		return call.Enforce(ctx, dec)
 	})
@@ -494,4 +500,25 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "")
+}
+
+// bindState gives the decision's @state grant the call's own state
+// directory (gateway/statedir), or drops it, with a reason, when the call
+// has no session or the gateway keeps no state directories.
+func (s *Server) bindState(ctx context.Context, p wire.Principal, req wire.ToolCallRequest, d *wire.Decision) *stop {
+	var notes []string
+	if s.opts.StateDirs == nil {
+		d.FSGrants, notes = statedir.Unbound(d.FSGrants)
+	} else {
+		grants, n, err := s.opts.StateDirs.Bind(ctx, p.ID, req.SessionID, d.FSGrants)
+		if err != nil {
+			s.log.ErrorContext(ctx, "state directory unavailable; refusing the call", "err", err)
+			return &stop{step: "enforce", decision: wire.DecisionDeny,
+				err:     wire.Errorf(wire.CodeSandboxUnavailable, "the call's @state directory could not be prepared"),
+				reasons: append(slices.Clone(d.Reasons), "state directory unavailable")}
+		}
+		d.FSGrants, notes = grants, n
+	}
+	d.Reasons = append(d.Reasons, notes...)
+	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/gateway/statedir"
 	"github.com/portcullis/portcullis/gateway/ui"
 	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
@@ -107,6 +108,9 @@ type Options struct {
 	// refused, which defeats DNS rebinding; clients that send no Origin
 	// (SDKs, CLIs, agents) are unaffected.
 	MCPAllowedOrigins []string
+	// StateDirs binds @state grants to per-session directories; nil drops
+	// them (with a reason in the decision).
+	StateDirs *statedir.Dirs
 }
 
 // Server is the gateway's HTTP API.

@@ -266,21 +266,36 @@ func parseFSGrants(v any, notes []string) ([]wire.FSGrant, []string) {
 	return out, notes
 }
 
+// checkGrantPath is nil when v is an absolute, clean path.
+func checkGrantPath(v any) error {
+	p, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("path is %s, not a string", typeName(v))
+	}
+	if !strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) {
+		return fmt.Errorf("path %q is not absolute", p)
+	}
+	if path.Clean(p) != p {
+		return fmt.Errorf("path %q is not clean (want %q)", p, path.Clean(p))
+	}
+	return nil
+}
+
 func parseFSGrant(v any) (wire.FSGrant, error) {
 	obj, ok := v.(map[string]any)
 	if !ok {
 		return wire.FSGrant{}, fmt.Errorf("%s, not an object", typeName(v))
 	}
-	p, ok := obj["path"].(string)
-	if !ok {
-		return wire.FSGrant{}, fmt.Errorf("path is %s, not a string", typeName(obj["path"]))
+	if obj["alias"] == wire.AliasState {
+		// The gateway picks @state's directory (gateway/statedir); a
+		// policy that names one is refused rather than half obeyed.
+		if p, present := obj["path"]; present && p != "" {
+			return wire.FSGrant{}, fmt.Errorf("alias %s takes no path (the gateway binds it per session), got %v", wire.AliasState, p)
+		}
+	} else if err := checkGrantPath(obj["path"]); err != nil {
+		return wire.FSGrant{}, err
 	}
-	if !strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) {
-		return wire.FSGrant{}, fmt.Errorf("path %q is not absolute", p)
-	}
-	if path.Clean(p) != p {
-		return wire.FSGrant{}, fmt.Errorf("path %q is not clean (want %q)", p, path.Clean(p))
-	}
+	p, _ := obj["path"].(string)
 	mode, ok := obj["mode"].(string)
 	if !ok || (mode != wire.ModeRead && mode != wire.ModeReadWrite) {
 		return wire.FSGrant{}, fmt.Errorf("mode %v is not %q or %q", obj["mode"], wire.ModeRead, wire.ModeReadWrite)
@@ -692,16 +707,20 @@ func astFSGrants(t *ast.Term, d *wire.Decision) bool {
 		if !ok {
 			return false
 		}
+		alias, _, ok := astString(o, "alias")
+		if !ok || (alias != "" && (!strings.HasPrefix(alias, "@") || len(alias) == 1 || strings.ContainsAny(alias[1:], "/@") || strings.ContainsRune(alias, 0))) {
+			return false
+		}
 		p, present, ok := astString(o, "path")
-		if !present || !ok || !strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) || path.Clean(p) != p {
+		if alias == wire.AliasState {
+			if !ok || p != "" {
+				return false // the general parser says why
+			}
+		} else if !present || !ok || !strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) || path.Clean(p) != p {
 			return false
 		}
 		mode, present, ok := astString(o, "mode")
 		if !present || !ok || (mode != wire.ModeRead && mode != wire.ModeReadWrite) {
-			return false
-		}
-		alias, _, ok := astString(o, "alias")
-		if !ok || (alias != "" && (!strings.HasPrefix(alias, "@") || len(alias) == 1 || strings.ContainsAny(alias[1:], "/@") || strings.ContainsRune(alias, 0))) {
 			return false
 		}
 		autorun := false

@@ -99,6 +99,11 @@ func TestDecisionFromASTAgreesWithParseDecision(t *testing.T) {
 		`{"allow": true, "exec": []}`,
 		`{"allow": true, "fs_grants": [{"path": "/srv/dots", "mode": "rw", "alias": "@dots", "allow_autorun": true}, {"path": "/srv/w", "mode": "rw", "allow_autorun": false}]}`,
 		`{"allow": true, "fs_grants": [{"path": "/srv/dots", "mode": "rw", "allow_autorun": "yes"}, {"path": "/srv/w", "mode": "r"}]}`,
+		`{"allow": true, "fs_grants": [{"alias": "@state", "mode": "rw"}, {"path": "/srv/w", "mode": "r"}]}`,
+		`{"allow": true, "fs_grants": [{"alias": "@state", "mode": "rw", "path": ""}]}`,
+		`{"allow": true, "fs_grants": [{"alias": "@state", "mode": "rw", "path": "/srv/elsewhere"}, {"path": "/srv/w", "mode": "r"}]}`,
+		`{"allow": true, "fs_grants": [{"alias": "@state", "mode": "rw", "path": 7}]}`,
+		`{"allow": true, "fs_grants": [{"alias": "@other", "mode": "rw"}]}`,
 	} {
 		v := ast.MustParseTerm(src).Value
 		x, err := ast.JSON(v)
@@ -176,5 +181,31 @@ func TestAllowAutorunParsed(t *testing.T) {
 	}})
 	if len(d.FSGrants) != 2 || !d.FSGrants[0].AllowAutorun || d.FSGrants[1].AllowAutorun {
 		t.Errorf("grants %+v, want /a with allow_autorun, /b without, /c dropped", d.FSGrants)
+	}
+}
+
+// TestStateGrant: @state takes no path from the policy (the gateway binds
+// it per session); a policy that names one loses the grant, and any other
+// alias still needs a path.
+func TestStateGrant(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		src   string
+		want  []wire.FSGrant
+		noted bool
+	}{
+		{`[{"alias": "@state", "mode": "rw"}]`, []wire.FSGrant{{Alias: wire.AliasState, Mode: wire.ModeReadWrite}}, false},
+		{`[{"alias": "@state", "mode": "r", "path": ""}]`, []wire.FSGrant{{Alias: wire.AliasState, Mode: wire.ModeRead}}, false},
+		{`[{"alias": "@state", "mode": "rw", "path": "/etc"}]`, []wire.FSGrant{}, true},
+		{`[{"alias": "@state", "mode": "rwx"}]`, []wire.FSGrant{}, true},
+		{`[{"alias": "@project", "mode": "rw"}]`, []wire.FSGrant{}, true},
+	} {
+		d := parseDecision(jsonValue(t, `{"allow": true, "fs_grants": `+c.src+`}`))
+		if diff := cmp.Diff(c.want, d.FSGrants, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s: (-want +got):\n%s", c.src, diff)
+		}
+		if noted := strings.Contains(strings.Join(d.Reasons, "\n"), "fs_grants[0] dropped"); noted != c.noted {
+			t.Errorf("%s: reasons %q, want a dropped note: %v", c.src, d.Reasons, c.noted)
+		}
 	}
 }

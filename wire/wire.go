@@ -265,6 +265,11 @@ const (
 	ModeReadWrite = "rw"
 )
 
+// AliasState is the alias of a per-run state directory: a grant with it
+// carries no path from the policy; the gateway binds it to a private
+// directory of the call's principal and session (docs/policies.md).
+const AliasState = "@state"
+
 // Network is the network posture a call is given.
 type Network struct {
 	Posture string   `json:"posture"` // off | allowlist | full

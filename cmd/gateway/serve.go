@@ -30,6 +30,7 @@ import (
 	"github.com/portcullis/portcullis/evidence/postgres"
 	"github.com/portcullis/portcullis/evidence/sqlite"
 	"github.com/portcullis/portcullis/gateway"
+	"github.com/portcullis/portcullis/gateway/statedir"
 	"github.com/portcullis/portcullis/policies"
 	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/tools/coderun"
@@ -173,8 +174,27 @@ func newServer(ctx context.Context, cfg config.Config, st *stack, ev *evidenceSe
 		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: ev.auditor, TrustedProxies: proxies,
 		Late: ev.late, EvidenceTimeout: evidenceTimeout(cfg), Results: keeperOf(st.tools),
 	}
+	if opts.StateDirs, err = stateDirs(ctx, cfg, log); err != nil {
+		return nil, nil, err
+	}
 	ident.wire(&opts)
 	return gateway.New(opts), ident, nil
+}
+
+// stateDirs are the per-session @state directories under
+// data_dir/state, swept by sandbox.state_retention until ctx ends.
+func stateDirs(ctx context.Context, cfg config.Config, log *slog.Logger) (*statedir.Dirs, error) {
+	root, err := filepath.Abs(filepath.Join(cfg.DataDir, "state"))
+	if err != nil {
+		return nil, fmt.Errorf("data_dir: %w", err)
+	}
+	retention := cfg.Sandbox.StateRetention.Std()
+	sd, err := statedir.New(statedir.Options{Root: root, Retention: retention, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	go sd.Run(ctx, statedir.SweepInterval(retention))
+	return sd, nil
 }
 
 // httpServer serves srv with the configured HTTP bounds, over TLS when

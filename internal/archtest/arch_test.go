@@ -56,6 +56,7 @@ var allowed = map[string][]string{
 	// touches a runner.
 	"gateway":          {"gateway/...", "tools", "tools/coderun/tsdecl", "tools/readresult", "evidence", "evidence/results", "wire"},
 	"gateway/identity": {"wire"},
+	"gateway/statedir": {"wire"},
 	"gateway/ui":       {},
 
 	// The binaries wire everything together.

@@ -272,6 +272,9 @@ type Sandbox struct {
 	// and 20000).
 	MaskMaxEntries int `yaml:"mask_max_entries"`
 	MaskMaxDirs    int `yaml:"mask_max_dirs"`
+	// StateRetention is how long a per-session @state directory (under
+	// data_dir/state) that no call used is kept before it is swept.
+	StateRetention Duration `yaml:"state_retention"`
 }
 
 // DefaultRunAs is the process backend's uid and gid under a root gateway.
@@ -412,7 +415,7 @@ func Default() Config {
 			ResultsRetention:   Duration(24 * time.Hour),
 			ResultsMaxBytes:    1 << 20,
 		},
-		Sandbox: Sandbox{Backend: "auto", Require: true},
+		Sandbox: Sandbox{Backend: "auto", Require: true, StateRetention: Duration(7 * 24 * time.Hour)},
 		Runtime: Runtime{GCPercent: 400},
 		Auth: Auth{JWT: JWT{
 			PrincipalClaim:         "sub",
@@ -708,6 +711,9 @@ func (c *Config) validateSandbox(p *problems) {
 	}
 	if _, err := c.TrustedProxyNets(); err != nil {
 		p.errs = append(p.errs, fmt.Errorf("config: %w", err))
+	}
+	if r := c.Sandbox.StateRetention; r < Duration(time.Hour) || r > Duration(400*24*time.Hour) {
+		p.bad("sandbox.state_retention", "want 1h to 400d (longer than any call runs), got %s", time.Duration(r))
 	}
 	if n := c.Sandbox.MaskMaxEntries; n < 0 || n > 10_000_000 {
 		p.bad("sandbox.mask_max_entries", "want 0 (the default, 200000) to 10000000, got %d", n)
