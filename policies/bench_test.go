@@ -10,17 +10,29 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
-// BenchmarkDecide is one realistic passive Exec call through the shipped policy.
+// BenchmarkDecide is one realistic passive Exec call through the shipped
+// policy: "eval" evaluates every time (memo off), "memo" is a repeated
+// input answered from the bundle's memo (memo.go).
 func BenchmarkDecide(b *testing.B) {
-	e := loaded(b, Shipped())
-	in := execInput("/usr/bin/git", "log", "--oneline", "-n", "5")
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		d, err := e.Decide(ctx, in)
-		if err != nil || !d.Allow {
-			b.Fatalf("Decide = %+v, %v", d, err)
-		}
+	for _, c := range []struct {
+		name string
+		size int
+	}{{"eval", -1}, {"memo", 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			e := NewEngine(Options{MemoSize: c.size})
+			if _, err := e.Load(context.Background(), Shipped(), "shipped"); err != nil {
+				b.Fatal(err)
+			}
+			in := execInput("/usr/bin/git", "log", "--oneline", "-n", "5")
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				d, err := e.Decide(ctx, in)
+				if err != nil || !d.Allow {
+					b.Fatalf("Decide = %+v, %v", d, err)
+				}
+			}
+		})
 	}
 }
 

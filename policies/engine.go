@@ -35,6 +35,9 @@ type Options struct {
 	Now func() time.Time
 	// Query is the decision to evaluate; empty means DefaultQuery.
 	Query string
+	// MemoSize is how many of the policy's answers each loaded bundle
+	// remembers (memo.go): 0 means DefaultMemoSize, negative none.
+	MemoSize int
 }
 
 // Info describes the live policy, for receipts, /readyz and `bundle inspect`.
@@ -112,21 +115,23 @@ type compiled struct {
 	query rego.PreparedEvalQuery
 	info  Info
 	index *index // nil: nothing precomputed
+	memo  *memo  // nil: answers are not remembered
 }
 
 // Engine evaluates the live policy bundle. It is safe for concurrent use;
 // Load swaps bundles atomically and in-flight evaluations finish on the
 // bundle they started with.
 type Engine struct {
-	log   *slog.Logger
-	now   func() time.Time
-	query string
-	live  atomic.Pointer[compiled]
+	log      *slog.Logger
+	now      func() time.Time
+	query    string
+	memoSize int
+	live     atomic.Pointer[compiled]
 }
 
 // NewEngine returns an engine with no policy: Decide fails until Load succeeds.
 func NewEngine(opts Options) *Engine {
-	e := &Engine{log: opts.Logger, now: opts.Now, query: opts.Query}
+	e := &Engine{log: opts.Logger, now: opts.Now, query: opts.Query, memoSize: opts.MemoSize}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -265,7 +270,7 @@ func (e *Engine) compile(ctx context.Context, fsys fs.FS, source string, opts Lo
 	for i, f := range files {
 		info.Files[i] = f.Path
 	}
-	return &compiled{query: pq, info: info, index: ix}, nil
+	return &compiled{query: pq, info: info, index: ix, memo: newMemo(compiler, e.memoSize)}, nil
 }
 
 // Info returns the live policy's description; false when none is loaded.
@@ -297,26 +302,18 @@ func (e *Engine) Decide(ctx context.Context, in wire.PolicyInput) (wire.Decision
 	if in.Time.IsZero() {
 		in.Time = e.now()
 	}
-	input, err := inputValue(in)
+	res, err := c.eval(ctx, &in)
 	if err != nil {
-		return wire.Decision{}, fmt.Errorf("policy input: %w", err)
-	}
-	opts := []rego.EvalOption{rego.EvalParsedInput(input), rego.EvalTime(in.Time), rego.EvalGenerateJSON(keepAST)}
-	if c.index != nil {
-		opts = append(opts, rego.EvalVirtualCache(newSeededCache(c.index)))
-	}
-	rs, err := c.query.Eval(ctx, opts...)
-	if err != nil {
-		return wire.Decision{}, fmt.Errorf("evaluate policy %s: %w", c.info.Revision, err)
+		return wire.Decision{}, err
 	}
 	var d wire.Decision
 	switch {
-	case len(rs) == 0 || len(rs[0].Expressions) == 0:
+	case res.results == 0:
 		d = deny("policy returned no decision")
-	case len(rs) > 1:
+	case res.results > 1:
 		d = deny("policy returned more than one decision")
 	default:
-		d, err = decisionOf(rs[0].Expressions[0].Value)
+		d, err = decisionOf(res.value)
 		if err != nil {
 			return wire.Decision{}, fmt.Errorf("evaluate policy %s: %w", c.info.Revision, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/portcullis/portcullis/bundles"
 	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
@@ -553,4 +554,24 @@ func archivedBundle(ctx context.Context, engine *policies.Engine, dir, rev strin
 		return p, info, err
 	}
 	return "", policies.Info{}, fmt.Errorf("policy replay: no bundle of revision %s in %s (kept from activation on); pass --bundle", rev, dir)
+}
+
+// memoMetrics count the live bundle's decisions answered from its memo
+// (policies/memo.go) and those evaluated; both restart at 0 with a new bundle.
+func memoMetrics(e *policies.Engine) []prometheus.Collector {
+	read := func(hits bool) func() float64 {
+		return func() float64 {
+			h, m, _ := e.MemoStats()
+			if hits {
+				return float64(h)
+			}
+			return float64(m)
+		}
+	}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "portcullis_policy_memo_hits",
+			Help: "Decisions of the live policy bundle answered from its memo (same bundle, same input fields the policy reads)."}, read(true)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "portcullis_policy_memo_misses",
+			Help: "Decisions of the live policy bundle evaluated because its memo had no answer (or the policy is not remembered)."}, read(false)),
+	}
 }

@@ -155,6 +155,7 @@ func newServer(ctx context.Context, cfg config.Config, st *stack, ev *evidenceSe
 	if err := st.policy.metrics.Register(reg); err != nil {
 		return nil, nil, err
 	}
+	reg.MustRegister(memoMetrics(st.policy.engine)...)
 	keys, err := principalKeys(cfg.Principals)
 	if err != nil {
 		return nil, nil, err
