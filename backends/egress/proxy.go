@@ -240,14 +240,8 @@ func (p *Proxy) handle(c net.Conn) {
 // pipe copies both ways until either side is done, counting bytes.
 func (p *Proxy) pipe(client net.Conn, clientR io.Reader, upstream net.Conn) {
 	_ = client.SetDeadline(time.Time{})
-	p.mu.Lock()
-	closed := p.closed
-	if !closed {
-		p.conns[upstream] = struct{}{}
-	}
-	p.mu.Unlock()
 	defer p.untrack(upstream)
-	if closed {
+	if !p.track(upstream) {
 		return
 	}
 	done := make(chan struct{}, 2)
@@ -330,14 +324,8 @@ func (p *Proxy) http(c net.Conn, br *bufio.Reader) {
 
 // relay copies a plain HTTP response back; the client sends nothing more.
 func (p *Proxy) relay(client, upstream net.Conn) {
-	p.mu.Lock()
-	closed := p.closed
-	if !closed {
-		p.conns[upstream] = struct{}{}
-	}
-	p.mu.Unlock()
 	defer p.untrack(upstream)
-	if closed {
+	if !p.track(upstream) {
 		return
 	}
 	n, _ := io.Copy(client, upstream)
