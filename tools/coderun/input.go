@@ -19,7 +19,6 @@ const (
 	LangJavaScript = "javascript"
 )
 
-
 type input struct {
 	args           map[string]any
 	code           string

@@ -29,7 +29,6 @@ const (
 // carry secrets that evidence would then have to hold.
 var allowedHeaders = []string{"accept", "accept-language", "user-agent"}
 
-
 // target is one parsed, checked-syntax URL.
 type target struct {
 	url    *url.URL

@@ -11,7 +11,7 @@ import (
 const src = `{
   "type": "object",
   "properties": {
-    "argv": {"type": "array", "description": "Program & args <argv>.", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": 3},
+    "argv": {"type": "array", "description": "Program & args <argv>.", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": 4},
     "name": {"type": "string", "maxLength": 4},
     "mode": {"type": "string", "enum": ["a", "b"]},
     "n": {"type": "integer", "minimum": 1, "maximum": 10, "description": "A count."},
@@ -63,7 +63,7 @@ func TestDecode(t *testing.T) {
 		{"unknown beats missing", `{"zz":1}`, wire.CodeInvalidInput, "zz", `unknown field "zz": accepted fields are argv, env, mode, n, name, patch`},
 		{"element type", `{"argv":["x",1]}`, wire.CodeInvalidInput, "argv[1]", "must be string, not number: Program"},
 		{"element empty", `{"argv":["x",""]}`, wire.CodeInvalidInput, "argv[1]", "argv[1] is not accepted"},
-		{"too many", `{"argv":["a","b","c","d"]}`, wire.CodeTooLarge, "argv", "too large"},
+		{"too many", `{"argv":["a","b","c","d","e"]}`, wire.CodeTooLarge, "argv", "too large"},
 		{"too long", `{"argv":["a"],"name":"abcde"}`, wire.CodeTooLarge, "name", "too large"},
 		{"enum", `{"argv":["a"],"mode":"c"}`, wire.CodeInvalidInput, "mode", "mode is not accepted"},
 		{"range", `{"argv":["a"],"n":11}`, wire.CodeInvalidInput, "n", "A count."},
@@ -91,5 +91,18 @@ func TestDecode(t *testing.T) {
 				t.Errorf("got %s field %q %q; want %s field %q containing %q", we.Code, we.Details["field"], we.Message, tt.code, tt.field, tt.msg)
 			}
 		})
+	}
+}
+
+// BenchmarkDecode is what the schema adds to a call's request path: a
+// strict decode plus validation of a small input.
+func BenchmarkDecode(b *testing.B) {
+	s := MustCompile("test", src)
+	in := []byte(`{"argv":["/usr/bin/git","-C","/srv/work/repo","log"],"name":"ab","n":3,"env":{"GIT_PAGER":"cat"}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Decode(in); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
