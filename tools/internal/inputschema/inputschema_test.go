@@ -106,3 +106,27 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 }
+
+// FuzzDecode: any input is accepted or refused with invalid_input or
+// too_large naming a field; nothing panics.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{`{"argv":["x"]}`, `{}`, `{"zz":1}`, `{"argv":["a",1],"n":1e400}`,
+		`{"argv":["a"],"patch":{"op":"x","extra":1}}`, `{"argv":["a"],"env":{"A":null}}`, `[]`, `null`, `{"argv":[[]]}`} {
+		f.Add([]byte(s))
+	}
+	s := MustCompile("test", src)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, err := s.Decode(b)
+		if err == nil {
+			return
+		}
+		var we *wire.Error
+		if !errors.As(err, &we) || (we.Code != wire.CodeInvalidInput && we.Code != wire.CodeTooLarge) {
+			t.Fatalf("Decode(%q) error %v is not invalid_input/too_large", b, err)
+		}
+		// The field is a string; "" when the member at fault is named "".
+		if _, ok := we.Details["field"].(string); !ok {
+			t.Fatalf("Decode(%q) error names no field: %v", b, we)
+		}
+	})
+}
