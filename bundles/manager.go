@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/portcullis/portcullis/policies"
@@ -261,13 +261,15 @@ func (m *Manager) Run(ctx context.Context) {
 	if m.opts.PollInterval <= 0 {
 		return
 	}
-	failures := 0
+	p := m.opts.PollInterval
+	steady, failing := expBackOff(p, p), expBackOff(2*p, m.opts.MaxBackoff)
+	failed := false
 	for {
-		delay := m.opts.PollInterval
-		if failures > 0 {
-			delay = backoff(m.opts.PollInterval, m.opts.MaxBackoff, failures)
+		delay := steady.NextBackOff()
+		if failed {
+			delay = failing.NextBackOff()
 		}
-		t := time.NewTimer(jitter(delay))
+		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -275,9 +277,10 @@ func (m *Manager) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		if _, err := m.Reload(ctx, TriggerPoll); err != nil {
-			failures++
+			failed = true
 		} else {
-			failures = 0
+			failed = false
+			failing.Reset()
 		}
 	}
 }
@@ -292,9 +295,9 @@ func (m *Manager) untilLive(ctx context.Context) bool {
 	if base <= 0 {
 		base = time.Second
 	}
-	base = min(base, ceiling)
-	for failures := 0; !m.opts.Engine.Ready(); failures++ {
-		t := time.NewTimer(jitter(backoff(base, ceiling, failures)))
+	b := expBackOff(base, ceiling)
+	for !m.opts.Engine.Ready() {
+		t := time.NewTimer(b.NextBackOff())
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -306,25 +309,14 @@ func (m *Manager) untilLive(ctx context.Context) bool {
 	return true
 }
 
-// backoff doubles base per failure, capped at max.
-func backoff(base, max time.Duration, failures int) time.Duration {
-	d := base
-	for i := 0; i < failures && d < max; i++ {
-		d *= 2
-	}
-	return min(d, max)
-}
-
-// jitter spreads d by ±20%.
-func jitter(d time.Duration) time.Duration {
-	if d <= 0 {
-		return d
-	}
-	spread := int64(d) / 5
-	if spread == 0 {
-		return d
-	}
-	return d - time.Duration(spread) + time.Duration(rand.Int64N(2*spread+1))
+// expBackOff is the retry schedule: from first, doubling per failure up
+// to ceiling, each delay spread by ±20% so that a fleet of gateways does
+// not retry in lockstep (github.com/cenkalti/backoff). With first equal to
+// ceiling it is a steady, jittered interval.
+func expBackOff(first, ceiling time.Duration) *backoff.ExponentialBackOff {
+	b := &backoff.ExponentialBackOff{InitialInterval: min(first, ceiling), RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: ceiling}
+	b.Reset()
+	return b
 }
 
 // Metrics are the lifecycle's Prometheus series.

@@ -125,19 +125,31 @@ func TestHTTPSourceRefusesTokenInClear(t *testing.T) {
 	}
 }
 
+// TestBackoff: the retry schedule doubles per failure from its first
+// delay up to its ceiling, each delay within ±20%, and a steady schedule
+// stays within ±20% of its interval.
 func TestBackoff(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		failures int
-		want     int64
-	}{{1, 60}, {2, 120}, {10, 300}} {
-		if got := backoff(30e9, 300e9, tc.failures); int64(got/1e9) != tc.want {
-			t.Errorf("backoff(%d) = %v, want %ds", tc.failures, got, tc.want)
+	within := func(got time.Duration, want int64) bool {
+		return got >= time.Duration(want)*8e8 && got <= time.Duration(want)*12e8
+	}
+	failing := expBackOff(60e9, 300e9)
+	for i, want := range []int64{60, 120, 240, 300, 300} {
+		if got := failing.NextBackOff(); !within(got, want) {
+			t.Errorf("failure %d: delay %v, want %ds ±20%%", i+1, got, want)
 		}
 	}
+	failing.Reset()
+	if got := failing.NextBackOff(); !within(got, 60) {
+		t.Errorf("after Reset: delay %v, want 60s ±20%%", got)
+	}
+	if got := expBackOff(600e9, 300e9).NextBackOff(); !within(got, 300) {
+		t.Errorf("first delay above the ceiling: %v, want 300s ±20%%", got)
+	}
+	steady := expBackOff(10e9, 10e9)
 	for range 100 {
-		if j := jitter(10e9); j < 8e9 || j > 12e9 {
-			t.Fatalf("jitter(10s) = %v, outside ±20%%", j)
+		if j := steady.NextBackOff(); !within(j, 10) {
+			t.Fatalf("steady 10s = %v, outside ±20%%", j)
 		}
 	}
 }

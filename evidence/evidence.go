@@ -179,7 +179,12 @@ type Filter struct {
 	// error code.
 	ErrorCode string
 	// Rule selects receipts whose decision names this rule id.
-	Rule  string
+	Rule string
+	// Text selects receipts whose recorded arguments (the redacted copy)
+	// or reasons contain it as written inside their JSON strings: case is
+	// ignored for ASCII letters (for all letters on PostgreSQL). At most
+	// MaxTextLen bytes of UTF-8 without NUL or control characters.
+	Text  string
 	Since time.Time
 	Until time.Time
 	// Limit is the page size: DefaultLimit when zero or negative, at most

@@ -3,10 +3,13 @@ package evidence
 import (
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -22,6 +25,26 @@ type Page struct {
 	After     bool
 	AfterTime time.Time
 	AfterID   uuid.UUID
+	// Needle is Text as the stored JSON spells it (escaped the way
+	// encoding/json writes args and reasons), for a substring match; empty
+	// when Text is.
+	Needle string
+}
+
+// MaxTextLen bounds Filter.Text: a text search scans the receipts in the
+// other filters' range, so its pattern stays short.
+const MaxTextLen = 200
+
+// textNeedle checks a text search and spells it as stored JSON does.
+func textNeedle(text string) (string, error) {
+	switch {
+	case len(text) > MaxTextLen:
+		return "", fmt.Errorf("%w: q is %d bytes; at most %d are accepted", ErrBadFilter, len(text), MaxTextLen)
+	case !utf8.ValidString(text) || strings.ContainsFunc(text, unicode.IsControl):
+		return "", fmt.Errorf("%w: q must be UTF-8 text without control characters", ErrBadFilter)
+	}
+	b, _ := json.Marshal(text) // a valid string always encodes
+	return string(b[1 : len(b)-1]), nil
 }
 
 // Normalize bounds the limit, checks the decision value and decodes the
@@ -47,6 +70,13 @@ func (f Filter) Normalize() (Page, error) {
 	}
 	if p.Rule != "" && !wire.ValidRuleID(p.Rule) {
 		return Page{}, fmt.Errorf("%w: rule must be a rule id (1-%d of A-Z a-z 0-9 _ . : / -), got %q", ErrBadFilter, wire.MaxRuleIDLen, p.Rule)
+	}
+	if p.Text != "" {
+		needle, err := textNeedle(p.Text)
+		if err != nil {
+			return Page{}, err
+		}
+		p.Needle = needle
 	}
 	if len(p.ErrorCode) > 64 {
 		return Page{}, fmt.Errorf("%w: error_code longer than 64 bytes", ErrBadFilter)

@@ -2,6 +2,7 @@ package evidence_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,5 +49,36 @@ func TestCursorAndNormalize(t *testing.T) {
 				t.Errorf("cursor decoded to %v %s %s", p.After, p.AfterTime, p.AfterID)
 			}
 		})
+	}
+}
+
+// TestTextNeedle: the text search is bounded, refuses control characters
+// and is spelled the way encoding/json stores args and reasons.
+func TestTextNeedle(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		text, needle string
+		bad          bool
+	}{
+		{text: "/srv/work", needle: "/srv/work"},
+		{text: `<img src="x">`, needle: `\u003cimg src=\"x\"\u003e`},
+		{text: "ünïcode ✓", needle: "ünïcode ✓"},
+		{text: strings.Repeat("a", evidence.MaxTextLen), needle: strings.Repeat("a", evidence.MaxTextLen)},
+		{text: strings.Repeat("a", evidence.MaxTextLen+1), bad: true},
+		{text: "a\x00b", bad: true},
+		{text: "a\nb", bad: true},
+		{text: "\xff", bad: true},
+	}
+	for _, tc := range tests {
+		p, err := evidence.Filter{Text: tc.text}.Normalize()
+		if tc.bad {
+			if !errors.Is(err, evidence.ErrBadFilter) {
+				t.Errorf("Normalize(%q) error %v, want ErrBadFilter", tc.text, err)
+			}
+			continue
+		}
+		if err != nil || p.Needle != tc.needle {
+			t.Errorf("Normalize(%q) = %q, %v; want %q", tc.text, p.Needle, err, tc.needle)
+		}
 	}
 }

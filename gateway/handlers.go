@@ -146,7 +146,7 @@ func (s *Server) listReceipts(c echo.Context) error {
 }
 
 var filterParams = map[string]bool{"principal": true, "tool": true, "decision": true, "session_id": true,
-	"outcome": true, "error_code": true, "rule": true, "since": true, "until": true, "limit": true, "cursor": true}
+	"outcome": true, "error_code": true, "rule": true, "q": true, "since": true, "until": true, "limit": true, "cursor": true}
 
 // parseFilter reads the receipt filters; limit may be 1..maxLimit (a page
 // for the list, the whole stream for the export); extra names further
@@ -155,13 +155,16 @@ func parseFilter(c echo.Context, maxLimit int, extra ...string) (evidence.Filter
 	q := c.QueryParams()
 	for k := range q {
 		if !filterParams[k] && !slices.Contains(extra, k) {
-			return evidence.Filter{}, wire.FieldError(wire.CodeInvalidInput, k, "unknown query parameter %q; accepted: principal, tool, decision, session_id, outcome, error_code, rule, since, until, limit, cursor", k)
+			return evidence.Filter{}, wire.FieldError(wire.CodeInvalidInput, k, "unknown query parameter %q; accepted: principal, tool, decision, session_id, outcome, error_code, rule, q, since, until, limit, cursor", k)
 		}
 	}
 	f := evidence.Filter{
 		Principal: q.Get("principal"), Tool: q.Get("tool"), Decision: q.Get("decision"),
 		SessionID: q.Get("session_id"), Cursor: q.Get("cursor"),
-		Status: q.Get("outcome"), ErrorCode: q.Get("error_code"), Rule: q.Get("rule"),
+		Status: q.Get("outcome"), ErrorCode: q.Get("error_code"), Rule: q.Get("rule"), Text: q.Get("q"),
+	}
+	if _, err := (evidence.Filter{Text: f.Text}).Normalize(); err != nil {
+		return f, wire.FieldError(wire.CodeInvalidInput, "q", "q must be a text search of at most %d bytes of UTF-8 without control characters", evidence.MaxTextLen)
 	}
 	if f.Rule != "" && !wire.ValidRuleID(f.Rule) {
 		return f, wire.FieldError(wire.CodeInvalidInput, "rule", "rule must be a rule id: 1 to %d characters of A-Z a-z 0-9 _ . : / -", wire.MaxRuleIDLen)

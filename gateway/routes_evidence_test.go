@@ -8,8 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -287,4 +289,67 @@ func TestReceiptOutcomeFilters(t *testing.T) {
 	if lines := strings.Count(string(b), "\n"); resp.StatusCode != 200 || lines != 2 {
 		t.Errorf("export csv error_code=timeout = %d, %d lines:\n%s", resp.StatusCode, lines, b)
 	}
+}
+
+// TestReceiptTextSearch: q searches the recorded arguments and reasons,
+// in the list and the export alike, and is bounded.
+func TestReceiptTextSearch(t *testing.T) {
+	t.Parallel()
+	s := newEvidenceServer(t, true)
+	add := func(args string, reasons ...string) uuid.UUID {
+		id := uuid.Must(uuid.NewV7())
+		d := evidence.Event{ID: id, Kind: evidence.KindDecision, PrincipalID: "agent-1", Tool: "Exec",
+			Decision: wire.DecisionDeny, Reasons: reasons, Args: json.RawMessage(args)}
+		if err := s.w.Append(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	git := add(`{"argv":["/usr/bin/git","push"]}`, "git push needs approval")
+	rm := add(`{"argv":["/bin/rm","-rf","/srv/Work"]}`, "rm is not granted")
+	for _, tc := range []struct {
+		q    string
+		want []uuid.UUID
+	}{
+		{"git", []uuid.UUID{git}},
+		{"SRV/work", []uuid.UUID{rm}},
+		{"not granted", []uuid.UUID{rm}},
+		{"%", nil},
+	} {
+		var list wire.ReceiptList
+		if st, eb := get(t, s.url+"/v1/receipts?q="+url.QueryEscape(tc.q), auditorKey, &list); st != 200 {
+			t.Fatalf("receipts?q=%s = %d %+v", tc.q, st, eb.Error)
+		}
+		if got := ids(list.Receipts); !slices.Equal(got, uuidStrings(tc.want)) {
+			t.Errorf("receipts?q=%s = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	body := getRaw(t, s.url+"/v1/receipts/export?format=csv&q=approval", auditorKey)
+	if lines := strings.Split(strings.TrimSpace(body), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[1], git.String()+",") {
+		t.Errorf("export csv q=approval:\n%s", body)
+	}
+	for _, q := range []string{strings.Repeat("a", evidence.MaxTextLen+1), "a\x00b", "a\nb"} {
+		if st, eb := get(t, s.url+"/v1/receipts/export?q="+url.QueryEscape(q), auditorKey, nil); st != 400 || eb.Error.Details["field"] != "q" {
+			t.Errorf("export?q=%q = %d %+v, want 400 on field q", q, st, eb.Error)
+		}
+	}
+	if st, _ := get(t, s.url+"/v1/receipts/export?q=git", agentKey, nil); st != 403 {
+		t.Errorf("export as agent = %d, want 403", st)
+	}
+}
+
+func ids(rs []wire.Receipt) []string {
+	out := []string{}
+	for _, r := range rs {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+func uuidStrings(us []uuid.UUID) []string {
+	out := []string{}
+	for _, u := range us {
+		out = append(out, u.String())
+	}
+	return out
 }

@@ -254,6 +254,7 @@ func TestExplorerBrowser(t *testing.T) {
 		{principal: agentFull, tool: "fs.list", input: map[string]any{"path": d.scratch}, decision: "allow", session: "run-ui-3"},
 		{principal: agentFull, tool: "Exec", input: map[string]any{"argv": []string{"/usr/bin/uname", "-s"}}, decision: "allow", session: "run-ui-3"},
 		{principal: agentNoExec, tool: "fs.list", input: map[string]any{"path": "/"}, decision: "deny", session: "run-ui-2"},
+		{principal: agentFull, tool: "Exec", input: map[string]any{"argv": []string{"/usr/bin/true"}, "env": map[string]string{"EXPLORER_DEPLOY_TOKEN": explorerSecret}}, decision: "allow", session: "run-ui-4"},
 	}
 	for i, c := range calls {
 		res := g.call(t, d.keys[c.principal], map[string]any{"tool": c.tool, "input": c.input,
@@ -305,6 +306,7 @@ func TestExplorerBrowser(t *testing.T) {
 	}
 
 	br := newBrowser(t, bin)
+	downloads := allowDownloads(t, br)
 	page := g.baseURL + "/ui/"
 	br.do("open the explorer", chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#login-form")))
 
@@ -552,6 +554,7 @@ func TestExplorerBrowser(t *testing.T) {
 		t.Errorf("location %q", loc)
 	}
 	br.screenshot("explorer-deny-filter-detail.png")
+	checkSearchAndExport(t, br, g, downloads, *denied, full.Reasons, calls[len(calls)-1].receiptID)
 
 	// Filter by rule id from its top-rules chip: exactly the receipts the
 	// API finds for it.

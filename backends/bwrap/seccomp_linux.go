@@ -18,6 +18,15 @@ const (
 	x32Bit = 0x40000000
 )
 
+// The filter is assembled here rather than with a policy builder such as
+// github.com/elastic/go-seccomp-bpf (v1.6.0 evaluated): that builder sends
+// a syscall made under a foreign architecture (i386 int 0x80 on amd64) to
+// the policy's default action, which for this deny-list is allow, where
+// this filter kills; and its argument conditions compare all 64 bits, so
+// socket(1<<32|AF_UNIX) or ioctl(fd, 1<<32|TIOCSTI) would pass a check the
+// kernel then defeats by truncating the argument to 32 bits. Both were
+// confirmed by running its assembled program in golang.org/x/net/bpf's VM.
+
 // Offsets into struct seccomp_data: nr, arch, then six 64-bit args. Only
 // the low half of an argument is compared: the kernel truncates socket's
 // domain and ioctl's request to 32 bits itself, so the high half cannot

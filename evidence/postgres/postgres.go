@@ -454,6 +454,12 @@ func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptLi
 		// Served by the GIN index on rule_ids (migration 00004).
 		where = append(where, "rule_ids @> ARRAY["+arg(p.Rule)+"]::text[]")
 	}
+	if p.Needle != "" {
+		// A bound parameter, matched with strpos (no LIKE wildcards to
+		// escape).
+		n := arg(p.Needle)
+		where = append(where, "(strpos(lower(coalesce(args::text, '')), lower("+n+"::text)) > 0 OR strpos(lower(coalesce(reasons::text, '')), lower("+n+"::text)) > 0)")
+	}
 	if !p.Since.IsZero() {
 		where = append(where, "ts >= "+arg(evidence.NormalizeTime(p.Since)))
 	}

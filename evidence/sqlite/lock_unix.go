@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,17 +34,19 @@ func lockFile(path string) (unlock func(), ok bool, err error) {
 	}, true, nil
 }
 
-// lockFileWait takes the lock, polling until ctx ends.
+// errLockHeld is lockFileWait's "try again": another process holds it.
+var errLockHeld = errors.New("lock held by another process")
+
+// lockFileWait takes the lock, polling every 50 ms until ctx ends.
 func lockFileWait(ctx context.Context, path string) (unlock func(), err error) {
-	for {
+	return backoff.Retry(ctx, func() (func(), error) {
 		unlock, ok, err := lockFile(path)
-		if err != nil || ok {
-			return unlock, err
+		switch {
+		case err != nil:
+			return nil, backoff.Permanent(err)
+		case !ok:
+			return nil, errLockHeld
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return unlock, nil
+	}, backoff.WithBackOff(backoff.NewConstantBackOff(50*time.Millisecond)), backoff.WithMaxElapsedTime(0))
 }

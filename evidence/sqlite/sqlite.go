@@ -393,6 +393,11 @@ func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptLi
 		// evidence_rule_ids is the index of rule_ids (migration 00004).
 		add("id IN (SELECT event_id FROM evidence_rule_ids WHERE rule_id = ?)", p.Rule)
 	}
+	if p.Needle != "" {
+		// A bound parameter, matched with instr (no LIKE wildcards to
+		// escape); lower() folds ASCII letters only.
+		add("(instr(lower(coalesce(args, '')), lower(?)) > 0 OR instr(lower(coalesce(reasons, '')), lower(?)) > 0)", p.Needle, p.Needle)
+	}
 	if !p.Since.IsZero() {
 		add("ts >= ?", evidence.NormalizeTime(p.Since).UnixMicro())
 	}

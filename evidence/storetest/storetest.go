@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -320,6 +321,12 @@ func dataset(t *testing.T, s evidence.Store, n int) []evidence.Event {
 			SessionID: fmt.Sprintf("run-%d", i%4), ChainID: chain, ChainSeq: int64(len(evs) + 1),
 			PrevHash: []byte{}, Hash: []byte{}, RuleIDs: datasetRules[i%4],
 		}
+		if i%2 == 0 {
+			d.Args, _ = json.Marshal(map[string]string{"path": fmt.Sprintf("/srv/Work/file-%d.txt", i%5), "html": "<b>x</b> 100%"})
+		}
+		if d.Decision == wire.DecisionDeny {
+			d.Reasons = []string{fmt.Sprintf("Denied: ticket_%d needs approval", i%4)}
+		}
 		evs = append(evs, d)
 		decs = append(decs, d)
 		if d.Decision != wire.DecisionAllow || i%2 == 0 {
@@ -357,6 +364,26 @@ func ids(rs []wire.Receipt) []string {
 		out[i] = r.ID
 	}
 	return out
+}
+
+// textIn is the text filter's oracle: a decoded argument value or a
+// reason contains text, ASCII case folded.
+func textIn(text string) func(e evidence.Event) bool {
+	return func(e evidence.Event) bool {
+		var args map[string]string
+		_ = json.Unmarshal(e.Args, &args)
+		for _, v := range args {
+			if strings.Contains(strings.ToLower(v), text) {
+				return true
+			}
+		}
+		for _, r := range e.Reasons {
+			if strings.Contains(strings.ToLower(r), text) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 func testFilters(t *testing.T, s evidence.Store) {
@@ -401,6 +428,16 @@ func testFilters(t *testing.T, s evidence.Store) {
 		}},
 		{"rule+error_code", evidence.Filter{Rule: "grants.no_grant", ErrorCode: "permission_denied"}, func(e evidence.Event) bool {
 			return slices.Contains(e.RuleIDs, "grants.no_grant") && hasOutcome(e)
+		}},
+		{"text in args, any case", evidence.Filter{Text: "work/FILE-3"}, textIn("work/file-3")},
+		{"text in reasons", evidence.Filter{Text: "ticket_1 needs"}, textIn("ticket_1 needs")},
+		{"text that JSON escapes", evidence.Filter{Text: "<b>X</b>"}, textIn("<b>x</b>")},
+		{"text % is literal", evidence.Filter{Text: "100%"}, textIn("100%")},
+		{"text _ is literal", evidence.Filter{Text: "ticket_"}, textIn("ticket_")},
+		{"text wildcard no match", evidence.Filter{Text: "t%t"}, func(evidence.Event) bool { return false }},
+		{"text quote no match", evidence.Filter{Text: `'); DROP TABLE evidence_events; --`}, func(evidence.Event) bool { return false }},
+		{"text+decision", evidence.Filter{Text: "file-", Decision: wire.DecisionInvalid}, func(e evidence.Event) bool {
+			return textIn("file-")(e) && e.Decision == wire.DecisionInvalid
 		}},
 	}
 	for _, tc := range tests {

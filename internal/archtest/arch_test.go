@@ -31,15 +31,16 @@ var allowed = map[string][]string{
 
 	// The tools. A tool imports the contract, the runner interface and
 	// what it runs on, never another tool.
-	"tools":                     {"backends/sandbox", "wire"},
-	"tools/internal/strictjson": {"wire"},
-	"tools/exec":                {"tools", "tools/internal/...", "backends", "backends/process", "backends/sandbox", "wire"},
-	"tools/fs":                  {"tools", "tools/internal/...", "tools/fs/...", "backends/sandbox", "wire"},
-	"tools/fs/udiff":            {},
-	"tools/httpget":             {"tools", "tools/internal/...", "backends/egress", "wire"},
-	"tools/coderun":             {"tools", "tools/internal/...", "tools/coderun/...", "backends", "backends/egress", "backends/sandbox", "wire"},
-	"tools/coderun/tsdecl":      {"wire"},
-	"tools/readresult":          {"tools", "tools/internal/...", "evidence/results", "wire"},
+	"tools":                      {"backends/sandbox", "wire"},
+	"tools/internal/strictjson":  {"wire"},
+	"tools/internal/inputschema": {"tools/internal/strictjson", "wire"},
+	"tools/exec":                 {"tools", "tools/internal/...", "backends", "backends/process", "backends/sandbox", "wire"},
+	"tools/fs":                   {"tools", "tools/internal/...", "tools/fs/...", "backends/sandbox", "wire"},
+	"tools/fs/udiff":             {},
+	"tools/httpget":              {"tools", "tools/internal/...", "backends/egress", "wire"},
+	"tools/coderun":              {"tools", "tools/internal/...", "tools/coderun/...", "backends", "backends/egress", "backends/sandbox", "wire"},
+	"tools/coderun/tsdecl":       {"wire"},
+	"tools/readresult":           {"tools", "tools/internal/...", "evidence/results", "wire"},
 
 	// Policy and evidence.
 	"policies":                   {"wire"},

@@ -22,6 +22,7 @@ import (
 
 	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/tools"
+	"github.com/portcullis/portcullis/tools/internal/inputschema"
 )
 
 // ToolName is the wire name of the tool.
@@ -125,7 +126,10 @@ const parametersSchema = `{
 }`
 
 // Parameters is the JSON Schema of the input.
-func (t *Tool) Parameters() json.RawMessage { return json.RawMessage(parametersSchema) }
+func (t *Tool) Parameters() json.RawMessage { return schema.JSON() }
+
+// schema is parametersSchema, advertised and enforced (inputschema).
+var schema = inputschema.MustCompile("code.run", parametersSchema)
 
 // Prepare validates the input; oversize code is refused here, before
 // anything starts.

@@ -19,8 +19,6 @@ const (
 	LangJavaScript = "javascript"
 )
 
-var fields = []string{"code", "language", "timeout_s", "max_output_bytes"}
-
 type input struct {
 	args           map[string]any
 	code           string
@@ -30,11 +28,8 @@ type input struct {
 }
 
 func decodeInput(raw json.RawMessage, maxCode int) (*input, error) {
-	obj, err := strictjson.Decode(raw, "input")
+	obj, err := schema.Decode(raw)
 	if err != nil {
-		return nil, err
-	}
-	if err := obj.Only(fields...); err != nil {
 		return nil, err
 	}
 	in := &input{language: LangTypeScript, timeoutS: DefaultTimeoutS, maxOutputBytes: DefaultMaxOutputBytes}

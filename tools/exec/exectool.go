@@ -18,6 +18,7 @@ import (
 
 	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/tools"
+	"github.com/portcullis/portcullis/tools/internal/inputschema"
 )
 
 // ToolName is the wire name of the tool.
@@ -100,7 +101,8 @@ func (t *Tool) Description() string {
 }
 
 // parametersSchema is the JSON Schema of the input, OpenAI-function
-// compatible. TestParametersMatchDecoder keeps it in step with the decoder.
+// compatible: the one source of what the input may look like (inputschema);
+// decodeInput adds the rules a schema cannot say.
 const parametersSchema = `{
   "type": "object",
   "properties": {
@@ -138,7 +140,10 @@ const parametersSchema = `{
 }`
 
 // Parameters is the JSON Schema of the input, shown to models.
-func (t *Tool) Parameters() json.RawMessage { return json.RawMessage(parametersSchema) }
+func (t *Tool) Parameters() json.RawMessage { return schema.JSON() }
+
+// schema is parametersSchema, advertised and enforced (inputschema).
+var schema = inputschema.MustCompile("Exec", parametersSchema)
 
 // Prepare validates and normalizes input; see input.go for the rules.
 func (t *Tool) Prepare(ctx context.Context, input json.RawMessage) (tools.Call, error) {

@@ -40,18 +40,12 @@ type input struct {
 	maxOutputBytes int
 }
 
-// fields are the accepted top-level keys.
-var fields = []string{"argv", "cwd", "env", "timeout_s", "max_output_bytes"}
-
 // decodeInput applies the contract's rules. Optional fields given as JSON
 // null count as absent (OpenAI strict mode sends them that way). Every error
 // is a *wire.Error with code invalid_input or too_large naming the field.
 func decodeInput(raw json.RawMessage) (*input, error) {
-	obj, err := strictjson.Decode(raw, "input")
+	obj, err := schema.Decode(raw)
 	if err != nil {
-		return nil, err
-	}
-	if err := obj.Only(fields...); err != nil {
 		return nil, err
 	}
 	in := &input{timeoutS: DefaultTimeoutS, maxOutputBytes: DefaultMaxOutputBytes}

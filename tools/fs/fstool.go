@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/tools"
+	"github.com/portcullis/portcullis/tools/internal/inputschema"
 	"github.com/portcullis/portcullis/tools/internal/strictjson"
 	"github.com/portcullis/portcullis/wire"
 )
@@ -127,11 +128,11 @@ func Tools(opts Options) []tools.Tool {
 		s.log = slog.Default()
 	}
 	return []tools.Tool{
-		&tool{s: s, name: NameList, desc: listDescription, schema: listSchema, prepare: prepareList, want: wantDir},
-		&tool{s: s, name: NameRead, desc: readDescription, schema: readSchema, prepare: prepareRead, want: wantFile},
-		&tool{s: s, name: NameSearch, desc: searchDescription, schema: searchSchema, prepare: prepareSearch, want: wantFileOrDir},
-		&tool{s: s, name: NameWrite, desc: writeDescription, schema: writeSchema, prepare: prepareWrite, write: true, want: wantParent},
-		&tool{s: s, name: NamePatch, desc: patchDescription, schema: patchSchema, prepare: preparePatch, write: true, want: wantParent},
+		&tool{s: s, name: NameList, desc: listDescription, schema: listInput, prepare: prepareList, want: wantDir},
+		&tool{s: s, name: NameRead, desc: readDescription, schema: readInput, prepare: prepareRead, want: wantFile},
+		&tool{s: s, name: NameSearch, desc: searchDescription, schema: searchInput, prepare: prepareSearch, want: wantFileOrDir},
+		&tool{s: s, name: NameWrite, desc: writeDescription, schema: writeInput, prepare: prepareWrite, write: true, want: wantParent},
+		&tool{s: s, name: NamePatch, desc: patchDescription, schema: patchInput, prepare: preparePatch, write: true, want: wantParent},
 	}
 }
 
@@ -157,7 +158,7 @@ type tool struct {
 	s       *shared
 	name    string
 	desc    string
-	schema  string
+	schema  *inputschema.Schema
 	write   bool
 	want    kind // what Enforce opens at the end of each path
 	prepare func(obj strictjson.Object) (operation, error)
@@ -167,13 +168,22 @@ var _ tools.Tool = (*tool)(nil)
 
 func (t *tool) Name() string                { return t.name }
 func (t *tool) Description() string         { return t.desc }
-func (t *tool) Parameters() json.RawMessage { return json.RawMessage(t.schema) }
+func (t *tool) Parameters() json.RawMessage { return t.schema.JSON() }
+
+// The tools' schemas, advertised and enforced (inputschema).
+var (
+	listInput   = inputschema.MustCompile(NameList, listSchema)
+	readInput   = inputschema.MustCompile(NameRead, readSchema)
+	searchInput = inputschema.MustCompile(NameSearch, searchSchema)
+	writeInput  = inputschema.MustCompile(NameWrite, writeSchema)
+	patchInput  = inputschema.MustCompile(NamePatch, patchSchema)
+)
 
 // Prepare checks the input strictly and normalizes its paths; absolute
 // paths are resolved to real paths so the policy matches what will really
 // be touched.
 func (t *tool) Prepare(ctx context.Context, input json.RawMessage) (tools.Call, error) {
-	obj, err := strictjson.Decode(input, "input")
+	obj, err := t.schema.Decode(input)
 	if err != nil {
 		return nil, err
 	}

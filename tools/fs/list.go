@@ -38,9 +38,6 @@ type listOp struct {
 }
 
 func prepareList(obj strictjson.Object) (operation, error) {
-	if err := obj.Only("path", "maxEntries"); err != nil {
-		return nil, err
-	}
 	p, err := pathField(obj, "path")
 	if err != nil {
 		return nil, err

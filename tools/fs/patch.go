@@ -65,9 +65,6 @@ type patchOp struct {
 }
 
 func preparePatch(obj strictjson.Object) (operation, error) {
-	if err := obj.Only("patch", "path", "updateFrontmatter", "ifMatchSha256"); err != nil {
-		return nil, err
-	}
 	hasPatch, hasFM := has(obj, "patch"), has(obj, "updateFrontmatter")
 	fmField := "updateFrontmatter"
 	var fmRaw json.RawMessage
@@ -82,9 +79,6 @@ func preparePatch(obj strictjson.Object) (operation, error) {
 		}
 		po, err := strictjson.Decode(v, "patch")
 		if err != nil {
-			return nil, err
-		}
-		if err := po.Only("operation", "update", "ifMatchSha256"); err != nil {
 			return nil, err
 		}
 		opName, err := str(po, "operation", 64)

@@ -40,9 +40,6 @@ type readOp struct {
 }
 
 func prepareRead(obj strictjson.Object) (operation, error) {
-	if err := obj.Only("path", "startLine", "endLine"); err != nil {
-		return nil, err
-	}
 	p, err := pathField(obj, "path")
 	if err != nil {
 		return nil, err

@@ -56,9 +56,6 @@ type searchOp struct {
 }
 
 func prepareSearch(obj strictjson.Object) (operation, error) {
-	if err := obj.Only("path", "pattern", "before", "after", "maxMatches"); err != nil {
-		return nil, err
-	}
 	p, err := pathField(obj, "path")
 	if err != nil {
 		return nil, err

@@ -37,9 +37,6 @@ type writeOp struct {
 }
 
 func prepareWrite(obj strictjson.Object) (operation, error) {
-	if err := obj.Only("path", "content", "ifMatchSha256"); err != nil {
-		return nil, err
-	}
 	p, err := pathField(obj, "path")
 	if err != nil {
 		return nil, err

@@ -28,6 +28,7 @@ import (
 
 	"github.com/portcullis/portcullis/backends/egress"
 	"github.com/portcullis/portcullis/tools"
+	"github.com/portcullis/portcullis/tools/internal/inputschema"
 )
 
 // ToolName is the wire name of the tool.
@@ -93,13 +94,13 @@ const parametersSchema = `{
     },
     "headers": {
       "type": "object",
-      "description": "Optional request headers; only accept, accept-language and user-agent are accepted (never authorization or cookie).",
+      "description": "Optional request headers; only accept, accept-language and user-agent are accepted, in any case (never authorization or cookie).",
       "properties": {
         "accept": {"type": "string"},
         "accept-language": {"type": "string"},
         "user-agent": {"type": "string"}
       },
-      "additionalProperties": false
+      "additionalProperties": {"type": "string"}
     },
     "max_bytes": {
       "type": "integer",
@@ -123,7 +124,10 @@ const parametersSchema = `{
 }`
 
 // Parameters is the JSON Schema of the input, shown to models.
-func (t *Tool) Parameters() json.RawMessage { return json.RawMessage(parametersSchema) }
+func (t *Tool) Parameters() json.RawMessage { return schema.JSON() }
+
+// schema is parametersSchema, advertised and enforced (inputschema).
+var schema = inputschema.MustCompile("http.get", parametersSchema)
 
 // Prepare validates and normalizes input; see input.go. It never touches
 // the network: no DNS for a name the policy has not yet seen.

@@ -29,8 +29,6 @@ const (
 // carry secrets that evidence would then have to hold.
 var allowedHeaders = []string{"accept", "accept-language", "user-agent"}
 
-var fields = []string{"url", "headers", "max_bytes", "timeout_s", "follow_redirects"}
-
 // target is one parsed, checked-syntax URL.
 type target struct {
 	url    *url.URL
@@ -52,11 +50,8 @@ type input struct {
 }
 
 func decodeInput(raw json.RawMessage) (*input, error) {
-	obj, err := strictjson.Decode(raw, "input")
+	obj, err := schema.Decode(raw)
 	if err != nil {
-		return nil, err
-	}
-	if err := obj.Only(fields...); err != nil {
 		return nil, err
 	}
 	in := &input{maxBytes: DefaultMaxBytes, timeoutS: DefaultTimeoutS, headers: map[string]string{}, follow: true}

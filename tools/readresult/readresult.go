@@ -22,6 +22,7 @@ import (
 
 	"github.com/portcullis/portcullis/evidence/results"
 	"github.com/portcullis/portcullis/tools"
+	"github.com/portcullis/portcullis/tools/internal/inputschema"
 	"github.com/portcullis/portcullis/tools/internal/strictjson"
 	"github.com/portcullis/portcullis/wire"
 )
@@ -67,17 +68,14 @@ func (t *Tool) Description() string {
 		"up to %d bytes each. Anything else answers not_found.", t.store.Retention(), t.store.MaxBytes())
 }
 
-var parameters = json.RawMessage(`{"type":"object","properties":{"receipt_id":{"type":"string","format":"uuid","description":"The receipt_id of the earlier call whose result to read."}},"required":["receipt_id"],"additionalProperties":false}`)
+var schema = inputschema.MustCompile(Name, `{"type":"object","properties":{"receipt_id":{"type":"string","format":"uuid","description":"The receipt_id of the earlier call whose result to read."}},"required":["receipt_id"],"additionalProperties":false}`)
 
-func (t *Tool) Parameters() json.RawMessage { return parameters }
+func (t *Tool) Parameters() json.RawMessage { return schema.JSON() }
 
 // Prepare accepts exactly {"receipt_id": "<uuid>"}.
 func (t *Tool) Prepare(_ context.Context, input json.RawMessage) (tools.Call, error) {
-	obj, err := strictjson.Decode(input, "input")
+	obj, err := schema.Decode(input)
 	if err != nil {
-		return nil, err
-	}
-	if err := obj.Only("receipt_id"); err != nil {
 		return nil, err
 	}
 	v, ok := obj.Get("receipt_id")

@@ -117,12 +117,13 @@
     }
   }
 
-  async function api(path, key) {
-    let resp;
+  // request GETs path from this gateway with the key as a bearer token:
+  // never a cookie, never a URL, never another origin.
+  async function request(path, key, accept) {
     try {
-      resp = await fetch(path, {
+      return await fetch(path, {
         method: 'GET',
-        headers: { Authorization: 'Bearer ' + (key || storedKey()), Accept: 'application/json' },
+        headers: { Authorization: 'Bearer ' + (key || storedKey()), Accept: accept },
         cache: 'no-store',
         credentials: 'omit',
         redirect: 'error',
@@ -131,17 +132,28 @@
     } catch (e) {
       throw new ApiError(0, 'network', 'could not reach the gateway (' + e.message + ')');
     }
+  }
+
+  // failure is the ApiError a non-2xx answer carries.
+  async function failure(resp) {
     let body = null;
     try {
       body = await resp.json();
     } catch (e) {
       body = null;
     }
-    if (!resp.ok) {
-      const err = body && body.error ? body.error : {};
-      throw new ApiError(resp.status, err.code || 'http_' + resp.status, err.message || resp.statusText || 'request failed');
+    const err = body && body.error ? body.error : {};
+    return new ApiError(resp.status, err.code || 'http_' + resp.status, err.message || resp.statusText || 'request failed');
+  }
+
+  async function api(path, key) {
+    const resp = await request(path, key, 'application/json');
+    if (!resp.ok) throw await failure(resp);
+    try {
+      return await resp.json();
+    } catch (e) {
+      return null;
     }
-    return body;
   }
 
   function describeError(e) {
@@ -200,6 +212,9 @@
     seq.results++;
     seq.detail++;
     seq.chart++;
+    seq.exportRun++;
+    $('export-status').textContent = '';
+    delete $('export').dataset.state;
     state.pages = [''];
     state.page = 0;
     state.selected = '';
@@ -241,7 +256,7 @@
   // ---- receipts list -----------------------------------------------------
 
   const state = { pages: [''], page: 0, selected: '', query: '' };
-  const seq = { results: 0, detail: 0, chart: 0 };
+  const seq = { results: 0, detail: 0, chart: 0, exportRun: 0 };
 
   // toRFC3339 accepts an RFC 3339 time, or a date and time without an
   // offset (read as UTC), or a date alone (00:00 UTC). It keeps the digits
@@ -262,7 +277,7 @@
   function filterQuery() {
     const f = $('filters');
     const q = new URLSearchParams();
-    for (const name of ['principal', 'tool', 'decision', 'outcome', 'error_code', 'rule', 'session_id']) {
+    for (const name of ['principal', 'tool', 'decision', 'outcome', 'error_code', 'rule', 'session_id', 'q']) {
       const v = f.elements[name].value.trim();
       if (v) q.set(name, v);
     }
@@ -340,7 +355,7 @@
   function renderRows(receipts) {
     const body = $('results-body');
     if (receipts.length === 0) {
-      body.replaceChildren(el('tr', null, el('td', { class: 'empty', colspan: 9 }, 'No receipts match these filters.')));
+      body.replaceChildren(el('tr', null, el('td', { class: 'empty', colspan: 10 }, 'No receipts match these filters.')));
       return;
     }
     const rows = receipts.map((r) => {
@@ -348,6 +363,7 @@
       const idButton = el('button', { type: 'button', class: 'btn-link', title: r.id, 'aria-label': 'Open receipt ' + r.id },
         String(r.id || '').slice(0, 8) + '…');
       const args = argsSummary(r);
+      const reason = Array.isArray(r.reasons) ? r.reasons.map(String).join('; ') : '';
       const tr = el('tr', { 'data-id': r.id, 'data-decision': r.decision, 'data-tool': r.tool },
         el('td', { class: 'mono', title: r.time }, fmtTime(r.time).slice(5)),
         el('td', { title: r.tool }, r.tool),
@@ -355,6 +371,7 @@
         el('td', null, badge(r.decision)),
         el('td', null, badge(outcome.status || 'pending')),
         el('td', { class: 'mono' }, outcome.error_code || ''),
+        el('td', { class: 'reason-cell col-reason', title: reason }, reason),
         el('td', { class: 'col-wide', title: r.session_id }, r.session_id || ''),
         el('td', { class: 'mono args-cell col-wide', title: args }, args),
         el('td', null, idButton));
@@ -363,6 +380,56 @@
       return tr;
     });
     body.replaceChildren(...rows);
+  }
+
+  // ---- export ------------------------------------------------------------
+
+  // exportFilter downloads every receipt matching the filters as they are
+  // applied now (not just this page) from GET /v1/receipts/export. The key
+  // goes in the Authorization header, never in a URL, so the download is
+  // fetched here and handed to the browser as a Blob.
+  async function exportFilter(format) {
+    const mine = ++seq.exportRun;
+    const box = $('export');
+    const status = $('export-status');
+    let q;
+    try {
+      q = filterQuery();
+    } catch (e) {
+      setBanner($('app-error'), e.message);
+      return;
+    }
+    q.delete('limit');
+    q.set('format', format);
+    box.dataset.state = 'loading';
+    status.textContent = 'Exporting…';
+    let blob;
+    let name = 'receipts.' + format;
+    try {
+      const resp = await request('/v1/receipts/export?' + q.toString(), '', '*/*');
+      if (!resp.ok) throw await failure(resp);
+      const m = /filename="([A-Za-z0-9._-]+)"/.exec(resp.headers.get('Content-Disposition') || '');
+      if (m) name = m[1];
+      blob = await resp.blob();
+    } catch (e) {
+      if (mine !== seq.exportRun) return;
+      if (handleSessionError(e)) return;
+      box.dataset.state = 'error';
+      status.textContent = '';
+      setBanner($('app-error'), 'Could not export receipts. ' + describeError(e));
+      return;
+    }
+    if (mine !== seq.exportRun) return;
+    const url = URL.createObjectURL(blob);
+    const a = el('a', { href: url, download: name, hidden: '' });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60e3);
+    box.dataset.state = 'done';
+    box.dataset.file = name;
+    box.dataset.query = q.toString();
+    status.textContent = 'Exported ' + name + ' (' + fmtInt(blob.size) + ' bytes)';
   }
 
   function markSelected() {
@@ -914,6 +981,8 @@
       loadResults();
     });
     $('detail-close').addEventListener('click', closeDetail);
+    $('export-csv').addEventListener('click', () => exportFilter('csv'));
+    $('export-jsonl').addEventListener('click', () => exportFilter('jsonl'));
     $('chart-range').addEventListener('change', loadChart);
     $('chart-refresh').addEventListener('click', loadChart);
     $('top-rules').addEventListener('click', (ev) => {

@@ -3,6 +3,15 @@
 // another line than its header says, as with patch(1)'s offset, but never
 // with fuzz), so a patch written against another version of a file is
 // refused rather than applied somewhere it was not meant to go.
+//
+// github.com/bluekeyes/go-gitdiff (v0.9.0) was evaluated as a replacement
+// and not taken: its applier is strict about positions (a hunk whose
+// header's line number is off is a conflict, where models' patches need
+// the offset search below); for a traditional "--- a/x" / "+++ b/y" header
+// it reports the new name for both sides, hiding the rename this package's
+// caller refuses; and it brings git's binary patches (base85, zlib deltas
+// up to 100 MiB per fragment by default), renames, copies and mode changes,
+// all of which fs.apply_patch would have to refuse again.
 package udiff
 
 import (

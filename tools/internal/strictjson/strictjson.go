@@ -11,7 +11,6 @@ import (
 	"errors"
 	"io"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -81,16 +80,6 @@ func (o Object) name(key string) string {
 		return key
 	}
 	return o.field + "." + key
-}
-
-// Only refuses keys outside accepted, naming the accepted ones.
-func (o Object) Only(accepted ...string) error {
-	for _, k := range o.Keys {
-		if !slices.Contains(accepted, k) {
-			return Invalid(o.name(k), "unknown field %q: accepted fields are %s", k, strings.Join(accepted, ", "))
-		}
-	}
-	return nil
 }
 
 // Get returns a member, treating JSON null as absent (OpenAI strict mode
