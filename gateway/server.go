@@ -207,6 +207,7 @@ func New(opts Options) *Server {
 	for _, r := range ui.Routes {
 		e.GET(r, explorer)
 	}
+	s.headRoutes(e)
 	s.e = e
 	return s
 }
@@ -219,6 +220,9 @@ func (s *Server) Handler() http.Handler { return s.e }
 func (s *Server) Routes() [][2]string {
 	var out [][2]string
 	for _, r := range s.e.Routes() {
+		if r.Method == http.MethodHead {
+			continue // every GET route also answers HEAD (headRoutes)
+		}
 		out = append(out, [2]string{r.Method, r.Path})
 	}
 	return out
