@@ -34,4 +34,3 @@ func headAsGet(e *echo.Echo) echo.HandlerFunc {
 		return c.Handler()(c)
 	}
 }
-
