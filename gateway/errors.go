@@ -127,6 +127,7 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		return
 	}
 	we := toWireError(err)
+	markError(c, we.Code)
 	s.logCause(c.Request().Context(), we, "path", c.Path(), "request_id", requestID(c))
 	status := statusOf(we.Code)
 	if errors.Is(err, echo.ErrMethodNotAllowed) {

@@ -17,7 +17,7 @@ func TestOpenAPIForGenerators(t *testing.T) {
 		Info struct {
 			License struct{ Name, Identifier string } `json:"license"`
 		} `json:"info"`
-		Servers []struct{ URL string } `json:"servers"`
+		Servers []struct{ URL string }  `json:"servers"`
 		Tags    []struct{ Name string } `json:"tags"`
 		Paths   map[string]map[string]struct {
 			OperationID string   `json:"operationId"`

@@ -128,10 +128,19 @@ func (s *Server) startCall(ctx context.Context, rec *record, tool tools.Tool) (c
 	return s.tracer.Start(ctx, "execute_tool "+tool.Name(), trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "execute_tool"),
 		attribute.String("gen_ai.tool.name", tool.Name()),
-		attribute.String("gen_ai.tool.call.id", rec.req.CallID),
+		attribute.String("gen_ai.tool.call.id", callIDOf(rec)),
 		attribute.String("portcullis.receipt_id", rec.idText),
 		attribute.String("portcullis.principal", rec.principal.ID),
 	))
+}
+
+// callIDOf is the call's gen_ai.tool.call.id: the caller's call_id, else
+// the receipt id, which names the call as uniquely.
+func callIDOf(rec *record) string {
+	if rec.req.CallID != "" {
+		return rec.req.CallID
+	}
+	return rec.idText
 }
 
 // admission is what the admit steps found out about a call.

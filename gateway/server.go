@@ -112,6 +112,10 @@ type Options struct {
 // Server is the gateway's HTTP API.
 type Server struct {
 	e *echo.Echo
+	// handler is e inside the server spans (serverSpans).
+	handler http.Handler
+	// routes holds "METHOD /path" of every registered route (routeSpan).
+	routes map[string]bool
 	// toolCallRoutes answer every error as a ToolCallResponse
 	// (toolCallRoute).
 	toolCallRoutes map[string]bool
@@ -181,7 +185,7 @@ func New(opts Options) *Server {
 	e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{
 		Generator: func() string { return uuid.NewString() },
 	}))
-	e.Use(s.trace)
+	e.Use(s.routeSpan)
 	e.Use(s.accessLog)
 	e.Use(s.authenticate)
 
@@ -208,12 +212,17 @@ func New(opts Options) *Server {
 		e.GET(r, explorer)
 	}
 	s.headRoutes(e)
+	s.routes = map[string]bool{}
+	for _, r := range e.Routes() {
+		s.routes[r.Method+" "+r.Path] = true
+	}
 	s.e = e
+	s.handler = serverSpans(e)
 	return s
 }
 
 // Handler returns the HTTP handler.
-func (s *Server) Handler() http.Handler { return s.e }
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Routes lists method and path of every route (the OpenAPI test holds the
 // document against it).
@@ -336,9 +345,6 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 			// header from an untrusted peer. Receipts carry no client
 			// address; they carry trace_id, logged here to join the two.
 			slog.String("remote", c.RealIP()),
-		}
-		if sc := trace.SpanContextFromContext(c.Request().Context()); sc.HasTraceID() {
-			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
 		}
 		if m, ok := c.Get(ctxAuthMethod).(string); ok {
 			attrs = append(attrs, slog.String("auth", m))

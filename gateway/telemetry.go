@@ -1,50 +1,113 @@
 package gateway
 
 import (
-	"fmt"
+	"context"
+	"encoding/json"
+	"log/slog"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/wire"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// trace opens the server span of each request, continuing a W3C traceparent
-// sent by the caller.
-func (s *Server) trace(next echo.HandlerFunc) echo.HandlerFunc {
+// serverSpans wraps h in the OpenTelemetry net/http instrumentation
+// (otelhttp): the server span of every request, continuing a W3C
+// traceparent, with the HTTP semantic-convention attributes
+// (http.request.method, url.scheme, server.address, network.protocol.version,
+// user_agent.original, http.response.status_code, error.type on 5xx). The
+// span is named by the method alone until routeSpan, inside echo, names the
+// route.
+func serverSpans(h http.Handler) http.Handler {
+	return otelhttp.NewHandler(h, "http.server",
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method }),
+		otelhttp.WithPropagators(otel.GetTextMapPropagator()))
+}
+
+// routeSpan names the server span after the matched route template
+// ("POST /v1/tool-calls"; an unmatched request keeps the method alone, so
+// scanners cannot mint span names), sets http.route, the client address as
+// clientIP decides (otelhttp would believe any X-Forwarded-For), and on a
+// failure error.type (markError).
+func (s *Server) routeSpan(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		route := c.Path()
-		if route == "" {
-			route = "unmatched"
+		span := trace.SpanFromContext(r.Context())
+		span.SetAttributes(attribute.String("client.address", c.RealIP()))
+		if route := c.Path(); s.routes[r.Method+" "+route] {
+			span.SetName(r.Method + " " + route)
+			span.SetAttributes(attribute.String("http.route", route))
 		}
-		ctx, span := s.tracer.Start(ctx, fmt.Sprintf("%s %s", r.Method, route),
-			trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(
-				attribute.String("http.request.method", r.Method),
-				attribute.String("http.route", route),
-				attribute.String("url.path", r.URL.Path),
-				attribute.String("client.address", c.RealIP()),
-			))
-		defer span.End()
-		c.SetRequest(r.WithContext(ctx))
 		err := next(c)
-		if err != nil {
-			c.Error(err)
+		if c.Response().Status >= http.StatusInternalServerError {
+			span.SetStatus(codes.Error, http.StatusText(c.Response().Status))
 		}
-		status := c.Response().Status
-		span.SetAttributes(attribute.Int("http.response.status_code", status))
-		if status >= http.StatusInternalServerError {
-			span.SetStatus(codes.Error, http.StatusText(status))
-		}
-		return nil
+		return err
 	}
+}
+
+// markError sets error.type, the contract code, on the request's server
+// span: every answer that carries an error passes here (errorHandler,
+// writeAnswer).
+func markError(c echo.Context, code wire.Code) {
+	trace.SpanFromContext(c.Request().Context()).SetAttributes(attribute.String("error.type", string(code)))
+}
+
+// annotateMCP sets the MCP semantic-convention attributes of one JSON-RPC
+// message on the span in ctx (the request's server span): mcp.method.name,
+// mcp.session.id (when the session is known) and jsonrpc.request.id (for a
+// request; a notification has none). The MCP endpoint calls it once per
+// message, whatever serves the protocol.
+func annotateMCP(ctx context.Context, method, sessionID string, requestID json.RawMessage) {
+	span := trace.SpanFromContext(ctx)
+	attrs := []attribute.KeyValue{attribute.String("mcp.method.name", method)}
+	if sessionID != "" {
+		attrs = append(attrs, attribute.String("mcp.session.id", sessionID))
+	}
+	if id := rpcIDText(requestID); id != "" {
+		attrs = append(attrs, attribute.String("jsonrpc.request.id", id))
+	}
+	span.SetAttributes(attrs...)
+}
+
+// rpcIDText is a JSON-RPC id as text: a string's value, a number's digits;
+// "" for none or null.
+func rpcIDText(id json.RawMessage) string {
+	var v any
+	if len(id) == 0 || json.Unmarshal(id, &v) != nil || v == nil {
+		return ""
+	}
+	if str, ok := v.(string); ok {
+		return str
+	}
+	return string(id)
+}
+
+// TraceLogHandler wraps h so that every record logged with a context that
+// carries a span has its trace_id and span_id, joining logs to traces.
+func TraceLogHandler(h slog.Handler) slog.Handler { return traceLogHandler{h} }
+
+type traceLogHandler struct{ slog.Handler }
+
+func (h traceLogHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h traceLogHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return traceLogHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h traceLogHandler) WithGroup(name string) slog.Handler {
+	return traceLogHandler{h.Handler.WithGroup(name)}
 }
 
 // metrics are the gateway's Prometheus series, registered on the server's own

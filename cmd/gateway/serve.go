@@ -366,7 +366,7 @@ func principalKeys(ps []config.Principal) ([]gateway.Key, error) {
 func newLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(gateway.TraceLogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})))
 }
 
 // stack is the gateway's parts, opened once and closed in reverse.
