@@ -107,6 +107,9 @@ type Options struct {
 	// refused, which defeats DNS rebinding; clients that send no Origin
 	// (SDKs, CLIs, agents) are unaffected.
 	MCPAllowedOrigins []string
+	// TracerProvider makes the server's spans; nil: the global one
+	// (otel.GetTracerProvider, which serve sets up).
+	TracerProvider trace.TracerProvider
 }
 
 // Server is the gateway's HTTP API.
@@ -114,7 +117,7 @@ type Server struct {
 	e *echo.Echo
 	// handler is e inside the server spans (serverSpans).
 	handler http.Handler
-	// routes holds "METHOD /path" of every registered route (routeSpan).
+	// routes holds the path template of every registered route (routeSpan).
 	routes map[string]bool
 	// toolCallRoutes answer every error as a ToolCallResponse
 	// (toolCallRoute).
@@ -155,10 +158,13 @@ func New(opts Options) *Server {
 	if opts.Policy != nil {
 		opts.Policy = gatedDecider{opts.Policy}
 	}
+	if opts.TracerProvider == nil {
+		opts.TracerProvider = otel.GetTracerProvider()
+	}
 	s := &Server{
 		opts:    opts,
 		log:     opts.Logger,
-		tracer:  otel.Tracer(tracerName),
+		tracer:  opts.TracerProvider.Tracer(tracerName),
 		tools:   map[string]tools.Tool{},
 		metrics: newMetrics(opts.Registry),
 	}
@@ -214,10 +220,10 @@ func New(opts Options) *Server {
 	s.headRoutes(e)
 	s.routes = map[string]bool{}
 	for _, r := range e.Routes() {
-		s.routes[r.Method+" "+r.Path] = true
+		s.routes[r.Path] = true
 	}
 	s.e = e
-	s.handler = serverSpans(e)
+	s.handler = serverSpans(e, opts.TracerProvider)
 	return s
 }
 

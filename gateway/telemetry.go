@@ -24,8 +24,8 @@ import (
 // user_agent.original, http.response.status_code, error.type on 5xx). The
 // span is named by the method alone until routeSpan, inside echo, names the
 // route.
-func serverSpans(h http.Handler) http.Handler {
-	return otelhttp.NewHandler(h, "http.server",
+func serverSpans(h http.Handler, tp trace.TracerProvider) http.Handler {
+	return otelhttp.NewHandler(h, "http.server", otelhttp.WithTracerProvider(tp),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method }),
 		otelhttp.WithPropagators(otel.GetTextMapPropagator()))
 }
@@ -40,7 +40,7 @@ func (s *Server) routeSpan(next echo.HandlerFunc) echo.HandlerFunc {
 		r := c.Request()
 		span := trace.SpanFromContext(r.Context())
 		span.SetAttributes(attribute.String("client.address", c.RealIP()))
-		if route := c.Path(); s.routes[r.Method+" "+route] {
+		if route := c.Path(); s.routes[route] {
 			span.SetName(r.Method + " " + route)
 			span.SetAttributes(attribute.String("http.route", route))
 		}
