@@ -292,7 +292,7 @@ func (s *Server) answerCall(ctx context.Context, span trace.Span, rec *record, t
 	}
 	span.SetAttributes(attribute.String("portcullis.outcome", res.Status))
 	s.metrics.calls.WithLabelValues(tool.Name(), wire.DecisionAllow, code).Inc()
-	s.metrics.duration.WithLabelValues(tool.Name()).Observe(time.Since(rec.at).Seconds())
+	s.metrics.duration.WithLabelValues(tool.Name(), wire.DecisionAllow).Observe(time.Since(rec.at).Seconds())
 	return status, wire.ToolCallResponse{
 		ReceiptID: rec.idText, CallID: rec.req.CallID,
 		Decision: s.decisionResult(rec), Output: res.Output,
@@ -350,6 +350,7 @@ func (s *Server) refuse(ctx context.Context, rec *record, decision string, we *w
 		rec.decision.PolicyRevision = s.opts.PolicyRevision()
 	}
 	s.metrics.calls.WithLabelValues(metricTool(s, rec.req.Tool), decision, string(we.Code)).Inc()
+	s.metrics.duration.WithLabelValues(metricTool(s, rec.req.Tool), decision).Observe(time.Since(rec.at).Seconds())
 	s.logCause(ctx, we, "receipt_id", rec.id)
 	outcome := evidence.Event{
 		ID: uuid.Must(uuid.NewV7()), ReceiptID: rec.id, Kind: evidence.KindOutcome, Time: s.opts.Now().UTC(),

@@ -339,6 +339,7 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err)
 		}
+		s.observeRequest(c, time.Since(start))
 		p, _ := principalOf(c)
 		attrs := []slog.Attr{
 			slog.String("method", c.Request().Method),

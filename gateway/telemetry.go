@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/portcullis/portcullis/evidence"
@@ -113,6 +115,8 @@ func (h traceLogHandler) WithGroup(name string) slog.Handler {
 // metrics are the gateway's Prometheus series, registered on the server's own
 // registry (no global state).
 type metrics struct {
+	requests         *prometheus.CounterVec
+	requestDuration  *prometheus.HistogramVec
 	calls            *prometheus.CounterVec
 	duration         *prometheus.HistogramVec
 	decisionDuration prometheus.Histogram
@@ -122,13 +126,20 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portcullis_http_requests_total", Help: "HTTP requests by method, route template (other: no route matched) and status code.",
+		}, []string{"method", "route", "code"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "portcullis_http_request_duration_seconds", Help: "HTTP request latency by method and route template, until the answer is written.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+		}, []string{"method", "route"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portcullis_tool_calls_total", Help: "Tool calls by tool, decision and error code.",
 		}, []string{"tool", "decision", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "portcullis_tool_call_duration_seconds", Help: "Wall time of allowed tool calls, receipt to answer.",
+			Name: "portcullis_tool_call_duration_seconds", Help: "Wall time of tool calls, receipt to answer, by tool and decision (allow, deny, invalid).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
-		}, []string{"tool"}),
+		}, []string{"tool", "decision"}),
 		decisionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "portcullis_policy_decision_duration_seconds", Help: "Policy evaluation time.",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 16),
@@ -140,7 +151,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "portcullis_auth_failures_total", Help: "Requests whose credentials (API key, JWT, client certificate) were missing or refused.",
 		}),
 	}
-	reg.MustRegister(m.calls, m.duration, m.decisionDuration, m.evidenceFailures, m.authFailures)
+	reg.MustRegister(m.requests, m.requestDuration, m.calls, m.duration, m.decisionDuration, m.evidenceFailures, m.authFailures)
 	return m
 }
 
@@ -164,4 +175,22 @@ func (c *lateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range evidence.LateResults {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(counts[r]), r)
 	}
+}
+
+// observeRequest counts a request and its latency under its route
+// template; a request no route matched counts as "other", so scanners
+// cannot mint series.
+func (s *Server) observeRequest(c echo.Context, took time.Duration) {
+	route := c.Path()
+	if !s.routes[route] {
+		route = "other"
+	}
+	method := c.Request().Method
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
+	default:
+		method = "other"
+	}
+	s.metrics.requests.WithLabelValues(method, route, strconv.Itoa(c.Response().Status)).Inc()
+	s.metrics.requestDuration.WithLabelValues(method, route).Observe(took.Seconds())
 }

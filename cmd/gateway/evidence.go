@@ -182,6 +182,9 @@ func startEvidenceServices(ctx context.Context, cfg config.Config, dev bool, st 
 		_ = late.Close()
 		return nil, err
 	}
+	if st.evMetrics != nil {
+		st.evMetrics.checker = c
+	}
 	var heads *evidence.HeadRecorder
 	if dir != "" {
 		if heads, err = evidence.NewHeadRecorder(st.writer, evidence.HeadRecorderOptions{Signer: signer, Dir: dir, Logger: log}); err != nil {

@@ -167,6 +167,9 @@ func newServer(ctx context.Context, cfg config.Config, st *stack, ev *evidenceSe
 	if err := st.policy.metrics.Register(reg); err != nil {
 		return nil, nil, err
 	}
+	if err := st.evMetrics.register(reg); err != nil {
+		return nil, nil, err
+	}
 	keys, err := principalKeys(cfg.Principals)
 	if err != nil {
 		return nil, nil, err
@@ -371,6 +374,7 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 
 // stack is the gateway's parts, opened once and closed in reverse.
 type stack struct {
+	evMetrics  *evidenceMetrics
 	store      evidence.Store
 	storeKind  string
 	writer     *evidence.Writer
@@ -434,8 +438,10 @@ func openStack(ctx context.Context, cfg config.Config, log *slog.Logger) (*stack
 	if err != nil {
 		return nil, err
 	}
+	st.evMetrics = newEvidenceMetrics()
 	st.writer = evidence.NewWriter(st.store, evidence.WriterOptions{InstanceID: st.instanceID, Logger: log,
-		CommitTimeout: time.Duration(cfg.Evidence.CommitTimeout)})
+		CommitTimeout: time.Duration(cfg.Evidence.CommitTimeout), Observe: st.evMetrics.observe})
+	st.evMetrics.writer = st.writer
 
 	runner, err := chooseRunner(ctx, cfg, log)
 	if err != nil {
