@@ -40,7 +40,7 @@ func tracedServer(t *testing.T, pol Decider) (*httptest.Server, *tracetest.SpanR
 func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
 	m := map[attribute.Key]string{}
 	for _, kv := range s.Attributes() {
-		m[kv.Key] = kv.Value.Emit()
+		m[kv.Key] = kv.Value.String()
 	}
 	return m
 }
