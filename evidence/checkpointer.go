@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -49,6 +50,20 @@ type Checkpointer struct {
 	heads map[uuid.UUID]chainTip
 	size  int64
 	ready bool
+	// lastPass is when this instance last completed a pass (unix nanos;
+	// 0: never), for the checkpoint lag metric.
+	lastPass atomic.Int64
+}
+
+// LastPass is when this checkpointer last completed a pass while leading;
+// zero when it never has (another replica leads, or the store is down).
+// The age of that time is the checkpoint lag: how stale the newest signed
+// checkpoint may be.
+func (c *Checkpointer) LastPass() time.Time {
+	if n := c.lastPass.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 type chainTip struct {
@@ -107,7 +122,11 @@ func (c *Checkpointer) Run(ctx context.Context) {
 		}
 		if release != nil {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-			if _, err := c.Pass(pctx); err != nil && ctx.Err() == nil {
+			_, err := c.Pass(pctx)
+			if err == nil {
+				c.lastPass.Store(time.Now().UnixNano())
+			}
+			if err != nil && ctx.Err() == nil {
 				c.opts.Logger.Error("evidence checkpoint pass failed", "error", err.Error())
 				if errors.Is(err, ErrUnavailable) {
 					// The lock's session may be gone with the connection.

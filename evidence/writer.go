@@ -35,6 +35,10 @@ type WriterOptions struct {
 	Logger *slog.Logger
 	// Now is the clock for events without a time and for chain starts.
 	Now func() time.Time
+	// Observe, when set, is told of every commit: its events, how long it
+	// took and whether it failed (metrics; called on the commit goroutine,
+	// so it must not block).
+	Observe func(events int, took time.Duration, err error)
 }
 
 // Writer makes evidence durable with group commit: one goroutine commits
@@ -124,6 +128,18 @@ func (w *Writer) InstanceID() string { return w.opts.InstanceID }
 // Healthy reports whether the last commit succeeded, for /readyz: after a
 // failure it stays false until a commit succeeds again.
 func (w *Writer) Healthy() bool { return w.healthy.Load() }
+
+// QueueDepth is how many events wait for a commit (not counting the batch
+// being committed).
+func (w *Writer) QueueDepth() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, r := range w.queue {
+		n += len(r.events)
+	}
+	return n
+}
 
 // Append queues events and blocks until they are durably committed, all in
 // one transaction. Events without an ID or time get one (set ID yourself to
@@ -421,7 +437,11 @@ func (w *Writer) commit(batch []*request) error {
 	for _, r := range batch {
 		n += len(r.events)
 	}
+	start := time.Now()
 	err := w.commitEvents(ctx, batch, n)
+	if w.opts.Observe != nil {
+		w.opts.Observe(n, time.Since(start), err)
+	}
 	if err != nil {
 		w.healthy.Store(false)
 		w.dirty = true

@@ -18,6 +18,9 @@ import (
 // fs.read, ~6% of the gateway's CPU per call). TestWriteAnswerMatchesJSON
 // holds the two encodings equal.
 func writeAnswer(c echo.Context, status int, resp wire.ToolCallResponse) error {
+	if resp.Output.Error != nil {
+		markError(c, resp.Output.Error.Code)
+	}
 	if _, pretty := c.QueryParams()["pretty"]; pretty || c.Echo().Debug {
 		return c.JSON(status, resp)
 	}

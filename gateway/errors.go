@@ -107,7 +107,7 @@ func toWireError(err error) *wire.Error {
 		case http.StatusNotFound:
 			return wire.Errorf(wire.CodeNotFound, "no such route")
 		case http.StatusMethodNotAllowed:
-			return &wire.Error{Code: wire.CodeInvalidInput, Message: "method not allowed on this route", Details: map[string]any{"field": "method"}}
+			return &wire.Error{Code: wire.CodeInvalidInput, Message: "method not allowed on this route; the Allow header lists those it serves", Details: map[string]any{"field": "method"}}
 		case http.StatusRequestEntityTooLarge:
 			return wire.Errorf(wire.CodeTooLarge, "request body too large")
 		case http.StatusUnauthorized:
@@ -127,8 +127,15 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		return
 	}
 	we := toWireError(err)
+	markError(c, we.Code)
 	s.logCause(c.Request().Context(), we, "path", c.Path(), "request_id", requestID(c))
 	status := statusOf(we.Code)
+	if errors.Is(err, echo.ErrMethodNotAllowed) {
+		// The contract's invalid_input (field "method"), with the status
+		// HTTP gives a method the route does not serve; the router set
+		// Allow.
+		status = http.StatusMethodNotAllowed
+	}
 	if c.Request().Method == http.MethodPost && s.toolCallRoutes[c.Path()] {
 		// Every answer of a tool-call route is a ToolCallResponse,
 		// failures before the pipeline (authentication) included, so

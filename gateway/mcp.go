@@ -200,6 +200,7 @@ func (s *Server) mcpPost(c echo.Context) error {
 		if !isRequest {
 			return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "id", "initialize must be a request with an id"))
 		}
+		annotateMCP(r.Context(), msg.Method, "", msg.ID)
 		return s.mcpInitialize(c, p, msg)
 	}
 
@@ -207,6 +208,7 @@ func (s *Server) mcpPost(c echo.Context) error {
 	if id == "" {
 		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, headerMCPSession, "Mcp-Session-Id header is required; call initialize first"))
 	}
+	annotateMCP(r.Context(), msg.Method, id, msg.ID)
 	sess, ok := s.mcp.get(id, p.ID)
 	if !ok {
 		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.Errorf(wire.CodeNotFound, "session not found; it has ended or expired: initialize a new one"))

@@ -130,10 +130,19 @@ func (s *Server) startCall(ctx context.Context, rec *record, tool tools.Tool) (c
 	return s.tracer.Start(ctx, "execute_tool "+tool.Name(), trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "execute_tool"),
 		attribute.String("gen_ai.tool.name", tool.Name()),
-		attribute.String("gen_ai.tool.call.id", rec.req.CallID),
+		attribute.String("gen_ai.tool.call.id", callIDOf(rec)),
 		attribute.String("portcullis.receipt_id", rec.idText),
 		attribute.String("portcullis.principal", rec.principal.ID),
 	))
+}
+
+// callIDOf is the call's gen_ai.tool.call.id: the caller's call_id, else
+// the receipt id, which names the call as uniquely.
+func callIDOf(rec *record) string {
+	if rec.req.CallID != "" {
+		return rec.req.CallID
+	}
+	return rec.idText
 }
 
 // admission is what the admit steps found out about a call.
@@ -289,7 +298,7 @@ func (s *Server) answerCall(ctx context.Context, span trace.Span, rec *record, t
 	}
 	span.SetAttributes(attribute.String("portcullis.outcome", res.Status))
 	s.metrics.calls.WithLabelValues(tool.Name(), wire.DecisionAllow, code).Inc()
-	s.metrics.duration.WithLabelValues(tool.Name()).Observe(time.Since(rec.at).Seconds())
+	s.metrics.duration.WithLabelValues(tool.Name(), wire.DecisionAllow).Observe(time.Since(rec.at).Seconds())
 	return status, wire.ToolCallResponse{
 		ReceiptID: rec.idText, CallID: rec.req.CallID,
 		Decision: s.decisionResult(rec), Output: res.Output,
@@ -347,6 +356,7 @@ func (s *Server) refuse(ctx context.Context, rec *record, decision string, we *w
 		rec.decision.PolicyRevision = s.opts.PolicyRevision()
 	}
 	s.metrics.calls.WithLabelValues(metricTool(s, rec.req.Tool), decision, string(we.Code)).Inc()
+	s.metrics.duration.WithLabelValues(metricTool(s, rec.req.Tool), decision).Observe(time.Since(rec.at).Seconds())
 	s.logCause(ctx, we, "receipt_id", rec.id)
 	outcome := evidence.Event{
 		ID: uuid.Must(uuid.NewV7()), ReceiptID: rec.id, Kind: evidence.KindOutcome, Time: s.opts.Now().UTC(),

@@ -111,11 +111,18 @@ type Options struct {
 	// StateDirs binds @state grants to per-session directories; nil drops
 	// them (with a reason in the decision).
 	StateDirs *statedir.Dirs
+	// TracerProvider makes the server's spans; nil: the global one
+	// (otel.GetTracerProvider, which serve sets up).
+	TracerProvider trace.TracerProvider
 }
 
 // Server is the gateway's HTTP API.
 type Server struct {
 	e *echo.Echo
+	// handler is e inside the server spans (serverSpans).
+	handler http.Handler
+	// routes holds the path template of every registered route (routeSpan).
+	routes map[string]bool
 	// toolCallRoutes answer every error as a ToolCallResponse
 	// (toolCallRoute).
 	toolCallRoutes map[string]bool
@@ -155,10 +162,13 @@ func New(opts Options) *Server {
 	if opts.Policy != nil {
 		opts.Policy = gatedDecider{opts.Policy}
 	}
+	if opts.TracerProvider == nil {
+		opts.TracerProvider = otel.GetTracerProvider()
+	}
 	s := &Server{
 		opts:    opts,
 		log:     opts.Logger,
-		tracer:  otel.Tracer(tracerName),
+		tracer:  opts.TracerProvider.Tracer(tracerName),
 		tools:   map[string]tools.Tool{},
 		metrics: newMetrics(opts.Registry),
 	}
@@ -185,7 +195,7 @@ func New(opts Options) *Server {
 	e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{
 		Generator: func() string { return uuid.NewString() },
 	}))
-	e.Use(s.trace)
+	e.Use(s.routeSpan)
 	e.Use(s.accessLog)
 	e.Use(s.authenticate)
 
@@ -211,18 +221,27 @@ func New(opts Options) *Server {
 	for _, r := range ui.Routes {
 		e.GET(r, explorer)
 	}
+	s.headRoutes(e)
+	s.routes = map[string]bool{}
+	for _, r := range e.Routes() {
+		s.routes[r.Path] = true
+	}
 	s.e = e
+	s.handler = serverSpans(e, opts.TracerProvider)
 	return s
 }
 
 // Handler returns the HTTP handler.
-func (s *Server) Handler() http.Handler { return s.e }
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Routes lists method and path of every route (the OpenAPI test holds the
 // document against it).
 func (s *Server) Routes() [][2]string {
 	var out [][2]string
 	for _, r := range s.e.Routes() {
+		if r.Method == http.MethodHead {
+			continue // every GET route also answers HEAD (headRoutes)
+		}
 		out = append(out, [2]string{r.Method, r.Path})
 	}
 	return out
@@ -324,6 +343,7 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err)
 		}
+		s.observeRequest(c, time.Since(start))
 		p, _ := principalOf(c)
 		attrs := []slog.Attr{
 			slog.String("method", c.Request().Method),
@@ -336,9 +356,6 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 			// header from an untrusted peer. Receipts carry no client
 			// address; they carry trace_id, logged here to join the two.
 			slog.String("remote", c.RealIP()),
-		}
-		if sc := trace.SpanContextFromContext(c.Request().Context()); sc.HasTraceID() {
-			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
 		}
 		if m, ok := c.Get(ctxAuthMethod).(string); ok {
 			attrs = append(attrs, slog.String("auth", m))

@@ -15,7 +15,8 @@
 # test (-race for unit packages, the end-to-end suite in tests/ without
 # -race), the Python and TypeScript SDK suites, the SDK install test (each
 # SDK installed into a fresh project, its quickstart run against a real
-# gateway), and a short fuzz run of every Fuzz* target.
+# gateway), client generation from the OpenAPI document (oapi-codegen,
+# openapi-typescript), and a short fuzz run of every Fuzz* target.
 #
 # Knobs (environment):
 #   PORTCULLIS_REQUIRE_POSTGRES=1  fail instead of skipping Postgres tests
@@ -477,6 +478,16 @@ run_sdk_install_tests() {
 	PORTCULLIS_TEST_GATEWAY_BIN=$SDK_GATEWAY_BIN bash "$ROOT/scripts/sdk-install-test.sh"
 }
 
+# run_openapi_client_tests generates a Go client (oapi-codegen) and
+# TypeScript types (openapi-typescript) from gateway/openapi.json and
+# compiles both (scripts/openapi-clients-test.sh). Needs Go and npm.
+run_openapi_client_tests() {
+	if ! command -v npm >/dev/null 2>&1; then
+		apt_install nodejs npm || true
+	fi
+	bash "$ROOT/scripts/openapi-clients-test.sh"
+}
+
 # --- deployment files -----------------------------------------------------------
 # The Dockerfile through BuildKit's own parser and lint rules plus the
 # promises docs/deploy.md makes of it (deploy/dockerfile-check: no Docker
@@ -526,6 +537,7 @@ if [[ $FAILED -eq 0 ]]; then
 	step "python SDK (unittest)" run_python_sdk_tests
 	step "typescript SDK + MCP client (node --test)" run_typescript_sdk_tests
 	step "SDK installs: fresh projects run the quickstarts" run_sdk_install_tests
+	step "openapi: oapi-codegen + openapi-typescript clients compile" run_openapi_client_tests
 	step "deploy: Dockerfile (BuildKit parse + lint) and systemd unit (verify)" run_deploy_checks
 	if [[ $FUZZTIME != 0 && $FUZZTIME != off ]]; then
 		step "fuzz (${FUZZTIME} per target)" run_fuzz

@@ -3,49 +3,44 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/portcullis/portcullis/bundles"
 )
 
-const bundleUsage = `usage:
-  gateway bundle build DIR -o FILE.tar.gz [--signing-key KEY.pem --key-id ID] [--revision R]
-  gateway bundle sign BUNDLE (DIR or FILE.tar.gz) --signing-key KEY.pem [--key-id ID] [-o FILE.tar.gz]
-  gateway bundle inspect BUNDLE [--verification-key PUB.pem [--key-id ID]] [--json]`
-
-func cmdBundle(args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return errors.New(bundleUsage)
-	}
-	switch args[0] {
-	case "build":
-		return cmdBundleBuild(args[1:], stdout)
-	case "sign":
-		return cmdBundleSign(args[1:], stdout)
-	case "inspect":
-		return cmdBundleInspect(args[1:], stdout)
-	}
-	return fmt.Errorf("unknown bundle command %q\n%s", args[0], bundleUsage)
+func bundleCmd() *cobra.Command {
+	return group("bundle", "build, sign and inspect policy bundles",
+		bundleBuildCmd(), bundleSignCmd(), bundleInspectCmd())
 }
 
-func cmdBundleBuild(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("bundle build", flag.ContinueOnError)
-	out := fs.String("o", "", "output .tar.gz")
+func bundleBuildCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "build DIR -o FILE.tar.gz [--signing-key KEY.pem --key-id ID] [--revision R]",
+		Short: "pack a bundle directory into a .tar.gz, signed when a key is given",
+		Args:  exactArgs(1),
+	}
+	fs := c.Flags()
+	out := fs.StringP("output", "o", "", "output .tar.gz (required)")
 	key := fs.String("signing-key", "", "PEM private key (RSA, ECDSA P-256/384/521 or Ed25519) to sign with")
 	kid := fs.String("key-id", "", "key id named in the signature (policy.key_id)")
 	rev := fs.String("revision", "", "revision written into .manifest")
-	pos, err := splitArgs(fs, args)
-	if err != nil {
-		return err
+	c.RunE = func(c *cobra.Command, pos []string) error {
+		if err := required(fs, "output"); err != nil {
+			return err
+		}
+		return cmdBundleBuild(pos[0], *out, *key, *kid, *rev, c.OutOrStdout())
 	}
-	if len(pos) != 1 || *out == "" {
-		return errors.New(bundleUsage)
-	}
+	return c
+}
+
+func cmdBundleBuild(dir, out, key, kid, rev string, stdout io.Writer) error {
+	pos := []string{dir}
 	st, err := os.Stat(pos[0])
 	if err != nil {
 		return err
@@ -53,9 +48,9 @@ func cmdBundleBuild(args []string, stdout io.Writer) error {
 	if !st.IsDir() {
 		return fmt.Errorf("bundle build: %s is not a directory", pos[0])
 	}
-	opts := bundles.BuildOptions{Revision: *rev, KeyID: *kid}
-	if *key != "" {
-		if opts.SigningKey, err = os.ReadFile(*key); err != nil {
+	opts := bundles.BuildOptions{Revision: rev, KeyID: kid}
+	if key != "" {
+		if opts.SigningKey, err = os.ReadFile(key); err != nil {
 			return fmt.Errorf("signing key: %w", err)
 		}
 	}
@@ -63,28 +58,37 @@ func cmdBundleBuild(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(*out, b); err != nil {
+	if err := writeAtomic(out, b); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s (%d bytes, signed: %v)\n", *out, len(b), *key != "")
+	fmt.Fprintf(stdout, "wrote %s (%d bytes, signed: %v)\n", out, len(b), key != "")
 	return nil
 }
 
 // cmdBundleSign signs a directory in place (writing its .signatures.json)
 // or a .tar.gz into -o (default: in place).
-func cmdBundleSign(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("bundle sign", flag.ContinueOnError)
-	out := fs.String("o", "", "output .tar.gz (archives only; default: replace the input)")
-	key := fs.String("signing-key", "", "PEM private key")
+func bundleSignCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "sign DIR|FILE.tar.gz --signing-key KEY.pem [--key-id ID] [-o FILE.tar.gz]",
+		Short: "sign a bundle directory in place, or an archive into -o (default: in place)",
+		Args:  exactArgs(1),
+	}
+	fs := c.Flags()
+	out := fs.StringP("output", "o", "", "output .tar.gz (archives only; default: replace the input)")
+	key := fs.String("signing-key", "", "PEM private key (required)")
 	kid := fs.String("key-id", "", "key id named in the signature")
-	pos, err := splitArgs(fs, args)
-	if err != nil {
-		return err
+	c.RunE = func(c *cobra.Command, pos []string) error {
+		if err := required(fs, "signing-key"); err != nil {
+			return err
+		}
+		return cmdBundleSign(pos[0], *out, *key, *kid, c.OutOrStdout())
 	}
-	if len(pos) != 1 || *key == "" {
-		return errors.New(bundleUsage)
-	}
-	priv, err := os.ReadFile(*key)
+	return c
+}
+
+func cmdBundleSign(src, out, key, kid string, stdout io.Writer) error {
+	pos := []string{src}
+	priv, err := os.ReadFile(key)
 	if err != nil {
 		return fmt.Errorf("signing key: %w", err)
 	}
@@ -97,14 +101,14 @@ func cmdBundleSign(args []string, stdout io.Writer) error {
 		return err
 	}
 	if st.IsDir() {
-		if *out != "" {
+		if out != "" {
 			return errors.New("bundle sign: -o is for archives; use bundle build to pack a directory")
 		}
 		files, err := bundles.Files(fsys)
 		if err != nil {
 			return err
 		}
-		sig, err := bundles.SignFiles(files, priv, *kid)
+		sig, err := bundles.SignFiles(files, priv, kid)
 		if err != nil {
 			return err
 		}
@@ -115,11 +119,11 @@ func cmdBundleSign(args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "wrote %s (%d files signed)\n", p, len(files))
 		return nil
 	}
-	b, err := bundles.Build(fsys, bundles.BuildOptions{SigningKey: priv, KeyID: *kid})
+	b, err := bundles.Build(fsys, bundles.BuildOptions{SigningKey: priv, KeyID: kid})
 	if err != nil {
 		return err
 	}
-	dst := *out
+	dst := out
 	if dst == "" {
 		dst = pos[0]
 	}
@@ -130,25 +134,31 @@ func cmdBundleSign(args []string, stdout io.Writer) error {
 	return nil
 }
 
-func cmdBundleInspect(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("bundle inspect", flag.ContinueOnError)
+func bundleInspectCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "inspect DIR|FILE.tar.gz [--verification-key PUB.pem [--key-id ID]] [--json]",
+		Short: "show a bundle's manifest, files and signature",
+		Args:  exactArgs(1),
+	}
+	fs := c.Flags()
 	pub := fs.String("verification-key", "", "PEM public key to verify the signature with")
 	kid := fs.String("key-id", "", "key id the signature must name")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := splitArgs(fs, args)
-	if err != nil {
-		return err
+	c.RunE = func(c *cobra.Command, pos []string) error {
+		return cmdBundleInspect(pos[0], *pub, *kid, *asJSON, c.OutOrStdout())
 	}
-	if len(pos) != 1 {
-		return errors.New(bundleUsage)
-	}
+	return c
+}
+
+func cmdBundleInspect(src, pub, kid string, asJSON bool, stdout io.Writer) error {
+	pos := []string{src}
 	fsys, err := bundles.Open(pos[0])
 	if err != nil {
 		return err
 	}
 	var rep bundles.Report
-	if *pub != "" {
-		vc, err := bundles.VerificationConfig(*pub, *kid)
+	if pub != "" {
+		vc, err := bundles.VerificationConfig(pub, kid)
 		if err != nil {
 			return err
 		}
@@ -156,14 +166,14 @@ func cmdBundleInspect(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if rep.Signature != nil && rep.Signature.Verified && *kid != "" && rep.Signature.KeyID != *kid {
+		if rep.Signature != nil && rep.Signature.Verified && kid != "" && rep.Signature.KeyID != kid {
 			rep.Signature.Verified = false
-			rep.Signature.Error = fmt.Sprintf("signed with key id %q, want %q", rep.Signature.KeyID, *kid)
+			rep.Signature.Error = fmt.Sprintf("signed with key id %q, want %q", rep.Signature.KeyID, kid)
 		}
 	} else if rep, err = bundles.Inspect(fsys, nil); err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
@@ -176,7 +186,7 @@ func cmdBundleInspect(args []string, stdout io.Writer) error {
 			fmt.Fprintln(stdout, "signature: none")
 		default:
 			state := "not verified (no --verification-key)"
-			if *pub != "" {
+			if pub != "" {
 				state = "VERIFIED"
 				if !rep.Signature.Verified {
 					state = "FAILED: " + rep.Signature.Error
@@ -189,7 +199,7 @@ func cmdBundleInspect(args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "  %s  %8d  %s\n", f.SHA256, f.Size, f.Path)
 		}
 	}
-	if *pub != "" && (rep.Signature == nil || !rep.Signature.Verified) {
+	if pub != "" && (rep.Signature == nil || !rep.Signature.Verified) {
 		return errors.New("signature did not verify")
 	}
 	return nil

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +19,8 @@ import (
 
 	"github.com/portcullis/portcullis/evidence"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/portcullis/portcullis/backends/bwrap"
@@ -28,7 +29,7 @@ import (
 	"github.com/portcullis/portcullis/evidence/sqlite"
 )
 
-func configFlag(fs *flag.FlagSet) *string {
+func configFlag(fs *pflag.FlagSet) *string {
 	return fs.String("config", os.Getenv("PORTCULLIS_CONFIG"), "config file (YAML)")
 }
 
@@ -49,13 +50,17 @@ func loadToolConfig(path string) (config.Config, error) {
 	return config.Load(path, os.Environ())
 }
 
-func cmdMigrate(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	cfgPath := configFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
+func migrateCmd() *cobra.Command {
+	c := &cobra.Command{Use: "migrate [--config FILE]", Short: "apply evidence store migrations", Args: noArgs}
+	cfgPath := configFlag(c.Flags())
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		return cmdMigrate(c.Context(), *cfgPath, c.OutOrStdout())
 	}
-	cfg, err := loadToolConfig(*cfgPath)
+	return c
+}
+
+func cmdMigrate(ctx context.Context, cfgPath string, stdout io.Writer) error {
+	cfg, err := loadToolConfig(cfgPath)
 	if err != nil {
 		return err
 	}
@@ -102,12 +107,16 @@ func sqlitePath(cfg config.Config) (string, error) {
 }
 
 // cmdDoctor checks each part the gateway needs and says what is wrong.
-func cmdDoctor(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	cfgPath := configFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
+func doctorCmd() *cobra.Command {
+	c := &cobra.Command{Use: "doctor [--config FILE]", Short: "check store, migrations, sandbox and policy", Args: noArgs}
+	cfgPath := configFlag(c.Flags())
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		return cmdDoctor(c.Context(), *cfgPath, c.OutOrStdout())
 	}
+	return c
+}
+
+func cmdDoctor(ctx context.Context, cfgPath string, stdout io.Writer) error {
 	failures := 0
 	report := func(ok bool, what, detail string) {
 		mark := "ok  "
@@ -117,7 +126,7 @@ func cmdDoctor(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "[%s] %-22s %s\n", mark, what, detail)
 	}
-	cfg, err := loadToolConfig(*cfgPath)
+	cfg, err := loadToolConfig(cfgPath)
 	report(err == nil, "config", errText(err, "valid"))
 	if err != nil {
 		return errors.New("config invalid")
@@ -193,18 +202,17 @@ func errText(err error, ok string) string {
 	return ok
 }
 
-const keysUsage = `usage:
-  gateway keys hash KEY|-
-  gateway keys signing-key -o FILE [--name NAME] [--force]`
+func keysCmd() *cobra.Command {
+	hash := &cobra.Command{
+		Use: "hash KEY|-", Short: "print the SHA-256 of an API key for the config (- reads it from stdin)", Args: exactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return cmdKeysHash(args[0], c.InOrStdin(), c.OutOrStdout())
+		},
+	}
+	return group("keys", "API key hashes and the evidence signing key", hash, keysSigningKeyCmd())
+}
 
-func cmdKeys(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "signing-key" {
-		return cmdKeysSigningKey(args[1:], stdout, stderr)
-	}
-	if len(args) != 2 || args[0] != "hash" {
-		return errors.New(keysUsage)
-	}
-	key := args[1]
+func cmdKeysHash(key string, stdin io.Reader, stdout io.Writer) error {
 	if key == "-" {
 		line, err := bufio.NewReader(stdin).ReadString('\n')
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -228,27 +236,34 @@ const defaultSigningKeyName = "portcullis/evidence"
 // note key for evidence.signing_key, written with mode 0600 (never over an
 // existing file unless --force), and its verifier key on stdout, which is
 // what auditors pin (`evidence verify --key`).
-func cmdKeysSigningKey(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("keys signing-key", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	out := fs.String("o", "", "file to write the signing key to (mode 0600)")
-	name := fs.String("name", defaultSigningKeyName, "key name: the origin line of the signed checkpoints")
-	force := fs.Bool("force", false, "replace FILE if it exists (checkpoints signed by the old key then need the old verifier key)")
-	if err := fs.Parse(args); err != nil {
-		return err
+func keysSigningKeyCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "signing-key -o FILE [--name N] [--force]",
+		Short: "create an evidence checkpoint signing key (mode 0600) and print its verifier key",
+		Args:  noArgs,
 	}
-	if *out == "" || fs.NArg() != 0 {
-		return errors.New(keysUsage)
+	out := c.Flags().StringP("output", "o", "", "file to write the signing key to (mode 0600; required)")
+	name := c.Flags().String("name", defaultSigningKeyName, "key name: the origin line of the signed checkpoints")
+	force := c.Flags().Bool("force", false, "replace FILE if it exists (checkpoints signed by the old key then need the old verifier key)")
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		if err := required(c.Flags(), "output"); err != nil {
+			return err
+		}
+		return cmdKeysSigningKey(*out, *name, *force, c.OutOrStdout(), c.ErrOrStderr())
 	}
-	skey, vkey, err := note.GenerateKey(rand.Reader, *name)
+	return c
+}
+
+func cmdKeysSigningKey(out, name string, force bool, stdout, stderr io.Writer) error {
+	skey, vkey, err := note.GenerateKey(rand.Reader, name)
 	if err != nil {
-		return fmt.Errorf("key name %q: %w", *name, err)
+		return fmt.Errorf("key name %q: %w", name, err)
 	}
-	if err := writePrivateFile(*out, []byte(skey+"\n"), *force); err != nil {
+	if err := writePrivateFile(out, []byte(skey+"\n"), force); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, vkey)
-	fmt.Fprintf(stderr, "wrote the signing key to %s (mode 0600); set evidence.signing_key to it. The verifier key above is what auditors pin: keep a copy where the gateway cannot write.\n", *out)
+	fmt.Fprintf(stderr, "wrote the signing key to %s (mode 0600); set evidence.signing_key to it. The verifier key above is what auditors pin: keep a copy where the gateway cannot write.\n", out)
 	return nil
 }
 

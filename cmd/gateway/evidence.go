@@ -7,8 +7,9 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -41,21 +42,9 @@ const devKeyName = "portcullis.dev/evidence"
 // database fall with it; production puts checkpoint_dir on another system.
 const devCheckpointDir = "checkpoints"
 
-// cmdEvidence dispatches `gateway evidence query|verify|export|retain`.
-func cmdEvidence(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) > 0 && args[0] == "verify" {
-		return cmdEvidenceVerify(ctx, args[1:], stdout)
-	}
-	if len(args) > 0 && args[0] == "export" {
-		return cmdEvidenceExport(ctx, args[1:], stdout)
-	}
-	if len(args) > 0 && args[0] == "retain" {
-		return cmdEvidenceRetain(ctx, args[1:], stdout)
-	}
-	if len(args) > 0 && args[0] == "hold" {
-		return cmdEvidenceHold(ctx, args[1:], stdout)
-	}
-	return cmdEvidenceQuery(ctx, args, stdout)
+func evidenceCmd() *cobra.Command {
+	return group("evidence", "query, export, verify and retain evidence; legal holds",
+		evidenceQueryCmd(), evidenceExportCmd(), evidenceVerifyCmd(), evidenceRetainCmd(), evidenceHoldCmd())
 }
 
 // signingKey reads the note signing key from evidence.signing_key, or with
@@ -193,6 +182,9 @@ func startEvidenceServices(ctx context.Context, cfg config.Config, dev bool, st 
 		_ = late.Close()
 		return nil, err
 	}
+	if st.evMetrics != nil {
+		st.evMetrics.checker = c
+	}
 	var heads *evidence.HeadRecorder
 	if dir != "" {
 		if heads, err = evidence.NewHeadRecorder(st.writer, evidence.HeadRecorderOptions{Signer: signer, Dir: dir, Logger: log}); err != nil {
@@ -287,8 +279,13 @@ type verifyOutput struct {
 // or empty store, checks it against the checkpoint copies and chain heads
 // kept outside the database, and says plainly when none anchored the
 // result.
-func cmdEvidenceVerify(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("evidence verify", flag.ContinueOnError)
+func evidenceVerifyCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "verify [--config FILE] [--key K] [--checkpoint F]... [--checkpoints DIR]...",
+		Short: "check the chains, the tree and the checkpoints",
+		Args:  noArgs,
+	}
+	fs := c.Flags()
 	cfgPath := configFlag(fs)
 	key := fs.String("key", "", "verifier key (name+hash+key) or a file holding it; default: derived from evidence.signing_key")
 	var external, dirs []string
@@ -302,43 +299,44 @@ func cmdEvidenceVerify(ctx context.Context, args []string, stdout io.Writer) err
 	})
 	requireAnchor := fs.Bool("require-anchor", false, "exit 3 unless something kept outside the database anchored the result")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if err := fs.Parse(args); err != nil {
-		return &exitError{verifyExitError, err}
-	}
-	out := verifyOutput{Verdict: "error", AnchorDirs: []string{}, Warnings: []string{}}
-	err := runVerify(ctx, *cfgPath, *key, external, dirs, &out)
-	switch {
-	case err != nil && errors.Is(err, evidence.ErrNoStore):
-		out.Verdict = "fail"
-		out.Report = &evidence.Report{Problems: []evidence.Problem{{Kind: "missing_store", Detail: err.Error()}}}
-		out.Report.Anchored = false
-	case err != nil:
-		out.Error = err.Error()
-	case !out.Report.OK():
-		out.Verdict = "fail"
-	case out.Report.Anchored:
-		out.Verdict = "ok"
-	default:
-		out.Verdict = "ok_unanchored"
-	}
-	if *asJSON {
-		if jerr := json.NewEncoder(stdout).Encode(out); jerr != nil {
-			return jerr
+	c.RunE = func(c *cobra.Command, pos []string) error {
+		ctx, stdout := c.Context(), c.OutOrStdout()
+		out := verifyOutput{Verdict: "error", AnchorDirs: []string{}, Warnings: []string{}}
+		err := runVerify(ctx, *cfgPath, *key, external, dirs, &out)
+		switch {
+		case err != nil && errors.Is(err, evidence.ErrNoStore):
+			out.Verdict = "fail"
+			out.Report = &evidence.Report{Problems: []evidence.Problem{{Kind: "missing_store", Detail: err.Error()}}}
+			out.Report.Anchored = false
+		case err != nil:
+			out.Error = err.Error()
+		case !out.Report.OK():
+			out.Verdict = "fail"
+		case out.Report.Anchored:
+			out.Verdict = "ok"
+		default:
+			out.Verdict = "ok_unanchored"
 		}
-	} else {
-		printVerify(stdout, out)
-	}
-	switch out.Verdict {
-	case "error":
-		return &exitError{verifyExitError, fmt.Errorf("cannot verify: %w", err)}
-	case "fail":
-		return &exitError{verifyExitFailed, fmt.Errorf("evidence verification failed: %d problem(s)", len(out.Problems))}
-	case "ok_unanchored":
-		if *requireAnchor {
-			return &exitError{verifyExitUnanchored, errors.New("verified internal consistency only: nothing kept outside the database anchored the result (--require-anchor)")}
+		if *asJSON {
+			if jerr := json.NewEncoder(stdout).Encode(out); jerr != nil {
+				return jerr
+			}
+		} else {
+			printVerify(stdout, out)
 		}
+		switch out.Verdict {
+		case "error":
+			return &exitError{verifyExitError, fmt.Errorf("cannot verify: %w", err)}
+		case "fail":
+			return &exitError{verifyExitFailed, fmt.Errorf("evidence verification failed: %d problem(s)", len(out.Problems))}
+		case "ok_unanchored":
+			if *requireAnchor {
+				return &exitError{verifyExitUnanchored, errors.New("verified internal consistency only: nothing kept outside the database anchored the result (--require-anchor)")}
+			}
+		}
+		return nil
 	}
-	return nil
+	return c
 }
 
 // runVerify fills out.Report; an error means no report (ErrNoStore: there
@@ -531,21 +529,27 @@ func anchorSources(dirs []string) string {
 	return strings.Join(dirs, ", ")
 }
 
-func cmdEvidenceQuery(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 || args[0] != "query" {
-		return errors.New("usage: gateway evidence query [--config FILE] [--principal P] [--tool T] [--decision D] [--session S] [--outcome STATUS] [--error-code C] [--rule ID] [--since T] [--until T] [--limit N]")
+func evidenceQueryCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "query [--config FILE] [--principal P] [--tool T] [--decision D] [--session S] [--outcome STATUS] [--error-code C] [--rule ID] [--since T] [--until T] [--limit N]",
+		Short: "list receipts as JSON lines, newest first",
+		Args:  noArgs,
 	}
-	fs := flag.NewFlagSet("evidence query", flag.ContinueOnError)
+	fs := c.Flags()
 	cfgPath := configFlag(fs)
 	f, parsed := filterFlags(fs)
 	fs.IntVar(&f.Limit, "limit", 100, "receipts to print (all pages are walked up to this many)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		if err := parsed(); err != nil {
+			return err
+		}
+		return cmdEvidenceQuery(c.Context(), *cfgPath, f, c.OutOrStdout())
 	}
-	if err := parsed(); err != nil {
-		return err
-	}
-	store, err := openReadOnly(ctx, *cfgPath)
+	return c
+}
+
+func cmdEvidenceQuery(ctx context.Context, cfgPath string, f *evidence.Filter, stdout io.Writer) error {
+	store, err := openReadOnly(ctx, cfgPath)
 	if err != nil {
 		return err
 	}
@@ -574,7 +578,7 @@ func cmdEvidenceQuery(ctx context.Context, args []string, stdout io.Writer) erro
 
 // filterFlags declares the receipt filter flags shared by query and export;
 // parsed, called after fs.Parse, converts the times.
-func filterFlags(fs *flag.FlagSet) (f *evidence.Filter, parsed func() error) {
+func filterFlags(fs *pflag.FlagSet) (f *evidence.Filter, parsed func() error) {
 	f = &evidence.Filter{}
 	var since, until string
 	fs.StringVar(&f.Principal, "principal", "", "principal id")
@@ -606,35 +610,41 @@ func filterFlags(fs *flag.FlagSet) (f *evidence.Filter, parsed func() error) {
 // cmdEvidenceExport is `gateway evidence export`: every matching receipt,
 // newest first, as JSON lines or CSV (the columns of GET
 // /v1/receipts/export), read from the store directly page by page.
-func cmdEvidenceExport(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("evidence export", flag.ContinueOnError)
+func evidenceExportCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "export [--config FILE] [--format jsonl|csv] [filters]",
+		Short: "stream receipts as JSON lines or CSV",
+		Args:  noArgs,
+	}
+	fs := c.Flags()
 	cfgPath := configFlag(fs)
 	format := fs.String("format", "jsonl", "jsonl or csv")
 	f, parsed := filterFlags(fs)
 	limit := fs.Int("limit", 0, "stop after this many receipts (0: all)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	c.RunE = func(c *cobra.Command, pos []string) error {
+		ctx, stdout := c.Context(), c.OutOrStdout()
+		if err := parsed(); err != nil {
+			return err
+		}
+		if *format != "jsonl" && *format != "csv" {
+			return fmt.Errorf("--format must be jsonl or csv, got %q", *format)
+		}
+		store, err := openReadOnly(ctx, *cfgPath)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		bw := bufio.NewWriterSize(stdout, 64<<10)
+		n, err := exportReceipts(ctx, store, *f, *format, *limit, bw)
+		if ferr := bw.Flush(); err == nil {
+			err = ferr
+		}
+		if err != nil {
+			return fmt.Errorf("export stopped after %d receipts: %w", n, err)
+		}
+		return nil
 	}
-	if err := parsed(); err != nil {
-		return err
-	}
-	if *format != "jsonl" && *format != "csv" {
-		return fmt.Errorf("--format must be jsonl or csv, got %q", *format)
-	}
-	store, err := openReadOnly(ctx, *cfgPath)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	bw := bufio.NewWriterSize(stdout, 64<<10)
-	n, err := exportReceipts(ctx, store, *f, *format, *limit, bw)
-	if ferr := bw.Flush(); err == nil {
-		err = ferr
-	}
-	if err != nil {
-		return fmt.Errorf("export stopped after %d receipts: %w", n, err)
-	}
-	return nil
+	return c
 }
 
 // exportPageSize is how many receipts one store query fetches: memory stays

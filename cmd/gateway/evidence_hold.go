@@ -4,12 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
+	"github.com/spf13/cobra"
 	"io"
 	"os"
 	"os/user"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,28 +32,12 @@ func (e *exitCodeError) Error() string { return e.err.Error() }
 func (e *exitCodeError) Unwrap() error { return e.err }
 func (e *exitCodeError) ExitCode() int { return e.code }
 
-const holdUsage = `usage:
-  gateway evidence hold place --config FILE --since TIME [--until TIME] --reason TEXT [--by PRINCIPAL]
-  gateway evidence hold list --config FILE [--active] [--json]
-  gateway evidence hold release ID --config FILE --reason TEXT [--by PRINCIPAL]
-TIME is RFC 3339 (2025-01-01T00:00:00Z) or a date (2025-01-01, UTC midnight)`
-
-// cmdEvidenceHold is `gateway evidence hold place|list|release`: legal
+// evidenceHoldCmd is `gateway evidence hold place|list|release`: legal
 // holds, written straight to the configured store through a chained
-// evidence writer (instance "<instance_id>/holds").
-func cmdEvidenceHold(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return errors.New("evidence hold: missing subcommand\n" + holdUsage)
-	}
-	switch args[0] {
-	case "place":
-		return cmdHoldPlace(ctx, args[1:], stdout)
-	case "list":
-		return cmdHoldList(ctx, args[1:], stdout)
-	case "release":
-		return cmdHoldRelease(ctx, args[1:], stdout)
-	}
-	return fmt.Errorf("evidence hold: unknown subcommand %q\n%s", args[0], holdUsage)
+// evidence writer (instance "<instance_id>/holds"). TIME is RFC 3339
+// (2025-01-01T00:00:00Z) or a date (2025-01-01, UTC midnight).
+func evidenceHoldCmd() *cobra.Command {
+	return group("hold", "place, list and release legal holds", holdPlaceCmd(), holdListCmd(), holdReleaseCmd())
 }
 
 // openHoldStore opens the configured store and a writer on its own chain.
@@ -103,120 +86,126 @@ func parseHoldTime(flagName, v string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("--%s %q: want an RFC 3339 time (2025-01-01T00:00:00Z) or a date (2025-01-01)", flagName, v)
 }
 
-func cmdHoldPlace(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("evidence hold place", flag.ContinueOnError)
+func holdPlaceCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "place --config FILE --since TIME [--until TIME] --reason TEXT [--by PRINCIPAL]",
+		Short: "place a legal hold",
+		Args:  noArgs,
+	}
+	fs := c.Flags()
 	cfgPath := configFlag(fs)
 	sinceF := fs.String("since", "", "start of the held evidence (required)")
 	untilF := fs.String("until", "", "end of the held evidence, exclusive (default: open-ended)")
 	reason := fs.String("reason", "", "case or matter reference and why (required)")
 	by := fs.String("by", operator(), "who places the hold, as recorded")
-	if err := fs.Parse(args); err != nil {
-		return err
+	c.RunE = func(c *cobra.Command, pos []string) error {
+		ctx, stdout := c.Context(), c.OutOrStdout()
+		since, err := parseHoldTime("since", *sinceF)
+		if err != nil {
+			return err
+		}
+		until, err := parseHoldTime("until", *untilF)
+		if err != nil {
+			return err
+		}
+		req := evidence.PlaceHoldRequest{Since: since, Until: until, Reason: *reason, PlacedBy: *by}
+		if err := req.Validate(); err != nil {
+			return cliHoldError(err)
+		}
+		hs, w, closeAll, err := openHoldStore(ctx, *cfgPath)
+		if err != nil {
+			return err
+		}
+		defer closeAll()
+		h, err := evidence.PlaceHold(ctx, hs, w, req)
+		if err != nil {
+			return cliHoldError(err)
+		}
+		fmt.Fprintf(stdout, "placed legal hold %s on %s\n", h.ID, holdRange(h))
+		return nil
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("evidence hold place: unexpected argument %q", fs.Arg(0))
-	}
-	since, err := parseHoldTime("since", *sinceF)
-	if err != nil {
-		return err
-	}
-	until, err := parseHoldTime("until", *untilF)
-	if err != nil {
-		return err
-	}
-	req := evidence.PlaceHoldRequest{Since: since, Until: until, Reason: *reason, PlacedBy: *by}
-	if err := req.Validate(); err != nil {
-		return cliHoldError(err)
-	}
-	hs, w, closeAll, err := openHoldStore(ctx, *cfgPath)
-	if err != nil {
-		return err
-	}
-	defer closeAll()
-	h, err := evidence.PlaceHold(ctx, hs, w, req)
-	if err != nil {
-		return cliHoldError(err)
-	}
-	fmt.Fprintf(stdout, "placed legal hold %s on %s\n", h.ID, holdRange(h))
-	return nil
+	return c
 }
 
-func cmdHoldList(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("evidence hold list", flag.ContinueOnError)
+func holdListCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "list --config FILE [--active] [--json]",
+		Short: "list legal holds",
+		Args:  noArgs,
+	}
+	fs := c.Flags()
 	cfgPath := configFlag(fs)
 	active := fs.Bool("active", false, "only holds not released")
 	asJSON := fs.Bool("json", false, "one JSON object per line")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	st, _, err := openConfiguredStore(ctx, *cfgPath)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	hs, ok := st.(evidence.HoldStore)
-	if !ok {
-		return fmt.Errorf("evidence hold: store %T does not support legal holds", st)
-	}
-	holds, err := evidence.ListHolds(ctx, hs)
-	if err != nil {
-		return err
-	}
-	enc := json.NewEncoder(stdout)
-	n := 0
-	for _, h := range holds {
-		if *active && !h.Active {
-			continue
+	c.RunE = func(c *cobra.Command, pos []string) error {
+		ctx, stdout := c.Context(), c.OutOrStdout()
+		st, _, err := openConfiguredStore(ctx, *cfgPath)
+		if err != nil {
+			return err
 		}
-		n++
-		if *asJSON {
-			if err := enc.Encode(h); err != nil {
-				return err
+		defer st.Close()
+		hs, ok := st.(evidence.HoldStore)
+		if !ok {
+			return fmt.Errorf("evidence hold: store %T does not support legal holds", st)
+		}
+		holds, err := evidence.ListHolds(ctx, hs)
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(stdout)
+		n := 0
+		for _, h := range holds {
+			if *active && !h.Active {
+				continue
 			}
-			continue
+			n++
+			if *asJSON {
+				if err := enc.Encode(h); err != nil {
+					return err
+				}
+				continue
+			}
+			state := "active"
+			if !h.Active {
+				state = fmt.Sprintf("released %s by %s: %q", h.ReleasedAt.Format(time.RFC3339), h.ReleasedBy, h.ReleaseReason)
+			}
+			fmt.Fprintf(stdout, "%s  %s  placed %s by %s  %q  %s\n", h.ID, holdRange(h), h.PlacedAt.Format(time.RFC3339), h.PlacedBy, h.Reason, state)
 		}
-		state := "active"
-		if !h.Active {
-			state = fmt.Sprintf("released %s by %s: %q", h.ReleasedAt.Format(time.RFC3339), h.ReleasedBy, h.ReleaseReason)
+		if n == 0 && !*asJSON {
+			fmt.Fprintln(stdout, "no legal holds")
 		}
-		fmt.Fprintf(stdout, "%s  %s  placed %s by %s  %q  %s\n", h.ID, holdRange(h), h.PlacedAt.Format(time.RFC3339), h.PlacedBy, h.Reason, state)
+		return nil
 	}
-	if n == 0 && !*asJSON {
-		fmt.Fprintln(stdout, "no legal holds")
-	}
-	return nil
+	return c
 }
 
-func cmdHoldRelease(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("evidence hold release", flag.ContinueOnError)
+func holdReleaseCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "release ID --config FILE --reason TEXT [--by PRINCIPAL]",
+		Short: "release a legal hold",
+		Args:  exactArgs(1),
+	}
+	fs := c.Flags()
 	cfgPath := configFlag(fs)
 	reason := fs.String("reason", "", "why the hold ends (required)")
 	by := fs.String("by", operator(), "who releases the hold, as recorded")
-	var idArg string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		idArg, args = args[0], args[1:]
+	c.RunE = func(c *cobra.Command, args []string) error {
+		id, err := uuid.Parse(args[0])
+		if err != nil {
+			return usageErrorf("hold ID %q is not a UUID", args[0])
+		}
+		return cmdHoldRelease(c.Context(), *cfgPath, id, *reason, *by, c.OutOrStdout())
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if idArg == "" && fs.NArg() == 1 {
-		idArg = fs.Arg(0)
-	} else if fs.NArg() > 0 {
-		return fmt.Errorf("evidence hold release: unexpected argument %q", fs.Arg(0))
-	}
-	if idArg == "" {
-		return errors.New("evidence hold release: missing hold ID\n" + holdUsage)
-	}
-	id, err := uuid.Parse(idArg)
-	if err != nil {
-		return fmt.Errorf("evidence hold release: hold ID %q is not a UUID", idArg)
-	}
-	hs, w, closeAll, err := openHoldStore(ctx, *cfgPath)
+	return c
+}
+
+func cmdHoldRelease(ctx context.Context, cfgPath string, id uuid.UUID, reason, by string, stdout io.Writer) error {
+	hs, w, closeAll, err := openHoldStore(ctx, cfgPath)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	h, err := evidence.ReleaseHold(ctx, hs, w, evidence.ReleaseHoldRequest{ID: id, Reason: *reason, ReleasedBy: *by})
+	h, err := evidence.ReleaseHold(ctx, hs, w, evidence.ReleaseHoldRequest{ID: id, Reason: reason, ReleasedBy: by})
 	if err != nil {
 		return cliHoldError(err)
 	}

@@ -205,8 +205,8 @@ func TestKeysSigningKey(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "k")
 	var out, errOut bytes.Buffer
-	if err := cmdKeys([]string{"signing-key", "-o", path}, nil, &out, &errOut); err != nil {
-		t.Fatal(err)
+	if code := run(context.Background(), []string{"keys", "signing-key", "-o", path}, nil, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	if m := modeOf(t, path); m != 0o600 {
 		t.Errorf("mode %04o", m)
@@ -223,17 +223,17 @@ func TestKeysSigningKey(t *testing.T) {
 	if s.Name() != defaultSigningKeyName || v.KeyHash() != s.KeyHash() {
 		t.Errorf("signer %s %x, verifier %s %x", s.Name(), s.KeyHash(), v.Name(), v.KeyHash())
 	}
-	if err := cmdKeys([]string{"signing-key", "-o", path}, nil, &out, &errOut); err == nil {
+	if code := run(context.Background(), []string{"keys", "signing-key", "-o", path}, nil, &out, &errOut); code != 1 {
 		t.Error("overwrote without --force")
 	}
 	link := filepath.Join(t.TempDir(), "link")
 	if err := os.Symlink(filepath.Join(t.TempDir(), "target"), link); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmdKeys([]string{"signing-key", "-o", link}, nil, &out, &errOut); err == nil {
+	if code := run(context.Background(), []string{"keys", "signing-key", "-o", link}, nil, &out, &errOut); code != 1 {
 		t.Error("wrote through a dangling symlink without --force")
 	}
-	if err := cmdKeys([]string{"signing-key", "-o", path, "--name", "bad name"}, nil, &out, &errOut); err == nil {
+	if code := run(context.Background(), []string{"keys", "signing-key", "-o", path, "--name", "bad name"}, nil, &out, &errOut); code != 1 {
 		t.Error("accepted a key name with a space")
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
+	"github.com/spf13/cobra"
 	"io"
 	"log/slog"
 	"os"
@@ -204,99 +204,67 @@ func (r evidenceRecorder) ShadowDiff(ctx context.Context, d bundles.ShadowDiff) 
 		PrincipalID: d.PrincipalID, Tool: d.Tool, SessionID: d.SessionID, CallID: d.CallID, Body: body})
 }
 
-const policyUsage = `usage:
-  gateway policy test [DIR] [--coverage] [--json]   run a bundle's Rego tests (default: the shipped policy)
-  gateway policy eval --input FILE [--bundle DIR|FILE.tar.gz]
-  gateway policy schema [TOOL]                     print the policy input JSON Schemas
-  gateway policy replay --config FILE RECEIPT_ID [--bundle DIR|FILE.tar.gz]
-                                                   re-decide a receipt's recorded input; exit 1 on a different decision`
-
-func cmdPolicy(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return errors.New(policyUsage)
-	}
-	switch args[0] {
-	case "test":
-		return cmdPolicyTest(ctx, args[1:], stdout)
-	case "eval":
-		return cmdPolicyEval(ctx, args[1:], stdout)
-	case "schema":
-		return cmdPolicySchema(args[1:], stdout)
-	case "replay":
-		return cmdPolicyReplay(ctx, args[1:], stdout)
-	}
-	return fmt.Errorf("unknown policy command %q\n%s", args[0], policyUsage)
+func policyCmd() *cobra.Command {
+	return group("policy", "test, evaluate and replay policy decisions",
+		policyTestCmd(), policyEvalCmd(), policySchemaCmd(), policyReplayCmd())
 }
 
-// splitArgs separates flags from positional arguments, so "test DIR
-// --coverage" works as well as "test --coverage DIR".
-func splitArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+func policyTestCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "test [DIR|FILE.tar.gz] [--coverage] [--json]",
+		Short: "run a bundle's Rego tests, with line coverage (default: the shipped policy)",
+		Args:  maxArgs(1),
 	}
-}
-
-func cmdPolicyTest(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("policy test", flag.ContinueOnError)
+	fs := c.Flags()
 	coverage := fs.Bool("coverage", false, "report line coverage of the bundle's modules")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	pos, err := splitArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	fsys := policies.Shipped()
-	if len(pos) > 1 {
-		return errors.New(policyUsage)
-	}
-	if len(pos) == 1 {
-		if fsys, err = bundles.Open(pos[0]); err != nil {
+	c.RunE = func(c *cobra.Command, pos []string) error {
+		ctx, stdout := c.Context(), c.OutOrStdout()
+		fsys := policies.Shipped()
+		if len(pos) == 1 {
+			var err error
+			if fsys, err = bundles.Open(pos[0]); err != nil {
+				return err
+			}
+		}
+		rep, err := policies.RunTestsWithCoverage(ctx, fsys, *coverage)
+		if err != nil {
 			return err
 		}
-	}
-	rep, err := policies.RunTestsWithCoverage(ctx, fsys, *coverage)
-	if err != nil {
-		return err
-	}
-	failed := 0
-	for _, r := range rep.Tests {
-		if !r.Pass {
-			failed++
-		}
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else {
+		failed := 0
 		for _, r := range rep.Tests {
-			status := "PASS"
 			if !r.Pass {
-				status = "FAIL"
-			}
-			fmt.Fprintf(stdout, "%s %s.%s (%s)\n", status, r.Package, r.Name, r.Duration)
-			if r.Fail != "" {
-				fmt.Fprintf(stdout, "    %s\n", r.Fail)
+				failed++
 			}
 		}
-		fmt.Fprintf(stdout, "%d passed, %d failed\n", len(rep.Tests)-failed, failed)
-		if rep.Coverage != nil {
-			printCoverage(stdout, rep)
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(rep); err != nil {
+				return err
+			}
+		} else {
+			for _, r := range rep.Tests {
+				status := "PASS"
+				if !r.Pass {
+					status = "FAIL"
+				}
+				fmt.Fprintf(stdout, "%s %s.%s (%s)\n", status, r.Package, r.Name, r.Duration)
+				if r.Fail != "" {
+					fmt.Fprintf(stdout, "    %s\n", r.Fail)
+				}
+			}
+			fmt.Fprintf(stdout, "%d passed, %d failed\n", len(rep.Tests)-failed, failed)
+			if rep.Coverage != nil {
+				printCoverage(stdout, rep)
+			}
 		}
+		if failed > 0 {
+			return fmt.Errorf("%d policy test(s) failed", failed)
+		}
+		return nil
 	}
-	if failed > 0 {
-		return fmt.Errorf("%d policy test(s) failed", failed)
-	}
-	return nil
+	return c
 }
 
 func printCoverage(w io.Writer, rep policies.TestReport) {
@@ -323,55 +291,68 @@ func printCoverage(w io.Writer, rep policies.TestReport) {
 	}
 }
 
-func cmdPolicyEval(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("policy eval", flag.ContinueOnError)
+func policyEvalCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "eval --input FILE [--bundle DIR|FILE.tar.gz] [--explain]",
+		Short: "evaluate a decision for an input document",
+		Args:  noArgs,
+	}
+	fs := c.Flags()
 	input := fs.String("input", "", "policy input document (JSON, CONTRACT section 5)")
 	bundle := fs.String("bundle", "", "bundle directory or .tar.gz (default: the shipped policy)")
 	explain := fs.Bool("explain", false, "also print which rules produced the denial reasons")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *input == "" {
-		return errors.New("policy eval: --input FILE is required")
-	}
-	b, err := os.ReadFile(*input)
-	if err != nil {
-		return err
-	}
-	var in wire.PolicyInput
-	if err := json.Unmarshal(b, &in); err != nil {
-		return fmt.Errorf("input: %w", err)
-	}
-	engine := policies.NewEngine(policies.Options{Logger: slog.New(slog.DiscardHandler)})
-	fsys := policies.Shipped()
-	source := "shipped"
-	if *bundle != "" {
-		if fsys, err = bundles.Open(*bundle); err != nil {
-			return err
+	c.RunE = func(c *cobra.Command, pos []string) error {
+		ctx, stdout := c.Context(), c.OutOrStdout()
+		if *input == "" {
+			return usageErrorf("--input FILE is required")
 		}
-		source = *bundle
-	}
-	if _, err = engine.Load(ctx, fsys, source); err != nil {
-		return err
-	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	if *explain {
-		d, ex, err := engine.Explain(ctx, in)
+		b, err := os.ReadFile(*input)
 		if err != nil {
 			return err
 		}
-		return enc.Encode(map[string]any{"decision": d, "explanation": ex})
+		var in wire.PolicyInput
+		if err := json.Unmarshal(b, &in); err != nil {
+			return fmt.Errorf("input: %w", err)
+		}
+		engine := policies.NewEngine(policies.Options{Logger: slog.New(slog.DiscardHandler)})
+		fsys := policies.Shipped()
+		source := "shipped"
+		if *bundle != "" {
+			if fsys, err = bundles.Open(*bundle); err != nil {
+				return err
+			}
+			source = *bundle
+		}
+		if _, err = engine.Load(ctx, fsys, source); err != nil {
+			return err
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if *explain {
+			d, ex, err := engine.Explain(ctx, in)
+			if err != nil {
+				return err
+			}
+			return enc.Encode(map[string]any{"decision": d, "explanation": ex})
+		}
+		d, err := engine.Decide(ctx, in)
+		if err != nil {
+			return err
+		}
+		return enc.Encode(d)
 	}
-	d, err := engine.Decide(ctx, in)
-	if err != nil {
-		return err
-	}
-	return enc.Encode(d)
+	return c
 }
 
 // cmdPolicySchema prints the JSON Schemas rules can be type-checked
 // against: the shared input envelope and one per tool of this build.
+func policySchemaCmd() *cobra.Command {
+	return &cobra.Command{
+		Use: "schema [TOOL]", Short: "print the policy input JSON Schemas (of one tool, or all)", Args: maxArgs(1),
+		RunE: func(c *cobra.Command, args []string) error { return cmdPolicySchema(args, c.OutOrStdout()) },
+	}
+}
+
 func cmdPolicySchema(args []string, stdout io.Writer) error {
 	schemas, err := policies.InputSchemas(toolSchemas(describedTools()))
 	if err != nil {
@@ -417,115 +398,117 @@ type replayOutcome struct {
 // --bundle, and says whether the decision matches. The input is rebuilt
 // from evidence, which keeps only redacted arguments and no resolved facts:
 // see the limits in the report.
-func cmdPolicyReplay(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("policy replay", flag.ContinueOnError)
+func policyReplayCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "replay --config FILE RECEIPT_ID [--bundle DIR|FILE.tar.gz]",
+		Short: "re-decide a receipt against its archived bundle; exit 1 on a different decision",
+		Args:  exactArgs(1),
+	}
+	fs := c.Flags()
 	cfgPath := configFlag(fs)
 	bundlePath := fs.String("bundle", "", "bundle directory or .tar.gz (default: the archived bundle of the receipt's revision)")
-	pos, err := splitArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return errors.New(policyUsage)
-	}
-	id, err := uuid.Parse(pos[0])
-	if err != nil {
-		return fmt.Errorf("policy replay: receipt id: %w", err)
-	}
-	store, cfg, err := openConfiguredStore(ctx, *cfgPath)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	rc, err := store.Receipt(ctx, id)
-	if err != nil {
-		return fmt.Errorf("policy replay: receipt %s: %w", id, err)
-	}
-	rep := replayReport{ReceiptID: id.String(), Recorded: replayOutcome{Revision: rc.PolicyRevision, Decision: rc.Decision, Reasons: rc.Reasons}}
-	if rc.Decision == wire.DecisionInvalid {
-		return fmt.Errorf("policy replay: receipt %s was refused before the policy decided (invalid input)", id)
-	}
-	engine := policies.NewEngine(policies.Options{Logger: slog.New(slog.DiscardHandler)})
-	var info policies.Info
-	if *bundlePath != "" {
-		fsys, err := bundles.Open(*bundlePath)
+	c.RunE = func(c *cobra.Command, pos []string) error {
+		ctx, stdout := c.Context(), c.OutOrStdout()
+		id, err := uuid.Parse(pos[0])
+		if err != nil {
+			return usageErrorf("receipt id: %w", err)
+		}
+		store, cfg, err := openConfiguredStore(ctx, *cfgPath)
 		if err != nil {
 			return err
 		}
-		if info, err = engine.Load(ctx, fsys, *bundlePath); err != nil {
-			return err
+		defer store.Close()
+		rc, err := store.Receipt(ctx, id)
+		if err != nil {
+			return fmt.Errorf("policy replay: receipt %s: %w", id, err)
 		}
-		rep.Bundle = *bundlePath
-	} else {
-		if rep.Bundle, info, err = archivedBundle(ctx, engine, filepath.Join(cfg.DataDir, "bundles"), rc.PolicyRevision); err != nil {
-			return err
+		rep := replayReport{ReceiptID: id.String(), Recorded: replayOutcome{Revision: rc.PolicyRevision, Decision: rc.Decision, Reasons: rc.Reasons}}
+		if rc.Decision == wire.DecisionInvalid {
+			return fmt.Errorf("policy replay: receipt %s was refused before the policy decided (invalid input)", id)
 		}
-	}
-	rep.Revision, rep.Digest = info.Revision, info.Digest
-	if info.Revision != rc.PolicyRevision {
-		rep.Limits = append(rep.Limits, fmt.Sprintf("the bundle is revision %s, the receipt was decided by %s", info.Revision, rc.PolicyRevision))
-	}
-
-	// The input: recorded args (normalized, redacted), the principal as
-	// configured now, resolved facts recomputed now from those args.
-	var callArgs map[string]any
-	if len(rc.Args) > 0 && string(rc.Args) != "null" {
-		if err := json.Unmarshal(rc.Args, &callArgs); err != nil {
-			return fmt.Errorf("policy replay: recorded args: %w", err)
-		}
-	}
-	if strings.Contains(string(rc.Args), "[REDACTED") || strings.Contains(string(rc.Args), "[TRUNCATED") {
-		rep.Limits = append(rep.Limits, "the recorded args are redacted: the policy sees the redacted values, not the original ones")
-	}
-	p := wire.Principal{ID: rc.PrincipalID, Roles: []string{}, Attributes: map[string]any{}}
-	found := false
-	for _, cp := range cfg.Principals {
-		if cp.ID == rc.PrincipalID {
-			p.Roles, p.Attributes, found = cp.Roles, cp.Attributes, true
-		}
-	}
-	if found {
-		rep.Limits = append(rep.Limits, "principal roles and attributes are today's configuration, not those at the time of the call")
-	} else {
-		rep.Limits = append(rep.Limits, "the principal is no longer configured: replayed with no roles and no attributes")
-	}
-	resolved := map[string]any{}
-	tools := newTools(cfg, unavailableRunner{}, slog.New(slog.DiscardHandler), nil)
-	for _, t := range tools {
-		if t.Name() != rc.Tool || callArgs == nil {
-			continue
-		}
-		if call, err := t.Prepare(ctx, rc.Args); err == nil {
-			if r := call.Resolved(); r != nil {
-				resolved = r
+		engine := policies.NewEngine(policies.Options{Logger: slog.New(slog.DiscardHandler)})
+		var info policies.Info
+		if *bundlePath != "" {
+			fsys, err := bundles.Open(*bundlePath)
+			if err != nil {
+				return err
 			}
-			rep.Limits = append(rep.Limits, "resolved facts are recomputed now from the recorded args (evidence does not keep them): file-system facts may have changed")
+			if info, err = engine.Load(ctx, fsys, *bundlePath); err != nil {
+				return err
+			}
+			rep.Bundle = *bundlePath
 		} else {
-			rep.Limits = append(rep.Limits, "resolved facts could not be recomputed ("+err.Error()+"): replayed without them")
+			if rep.Bundle, info, err = archivedBundle(ctx, engine, filepath.Join(cfg.DataDir, "bundles"), rc.PolicyRevision); err != nil {
+				return err
+			}
 		}
+		rep.Revision, rep.Digest = info.Revision, info.Digest
+		if info.Revision != rc.PolicyRevision {
+			rep.Limits = append(rep.Limits, fmt.Sprintf("the bundle is revision %s, the receipt was decided by %s", info.Revision, rc.PolicyRevision))
+		}
+
+		// The input: recorded args (normalized, redacted), the principal as
+		// configured now, resolved facts recomputed now from those args.
+		var callArgs map[string]any
+		if len(rc.Args) > 0 && string(rc.Args) != "null" {
+			if err := json.Unmarshal(rc.Args, &callArgs); err != nil {
+				return fmt.Errorf("policy replay: recorded args: %w", err)
+			}
+		}
+		if strings.Contains(string(rc.Args), "[REDACTED") || strings.Contains(string(rc.Args), "[TRUNCATED") {
+			rep.Limits = append(rep.Limits, "the recorded args are redacted: the policy sees the redacted values, not the original ones")
+		}
+		p := wire.Principal{ID: rc.PrincipalID, Roles: []string{}, Attributes: map[string]any{}}
+		found := false
+		for _, cp := range cfg.Principals {
+			if cp.ID == rc.PrincipalID {
+				p.Roles, p.Attributes, found = cp.Roles, cp.Attributes, true
+			}
+		}
+		if found {
+			rep.Limits = append(rep.Limits, "principal roles and attributes are today's configuration, not those at the time of the call")
+		} else {
+			rep.Limits = append(rep.Limits, "the principal is no longer configured: replayed with no roles and no attributes")
+		}
+		resolved := map[string]any{}
+		tools := newTools(cfg, unavailableRunner{}, slog.New(slog.DiscardHandler), nil)
+		for _, t := range tools {
+			if t.Name() != rc.Tool || callArgs == nil {
+				continue
+			}
+			if call, err := t.Prepare(ctx, rc.Args); err == nil {
+				if r := call.Resolved(); r != nil {
+					resolved = r
+				}
+				rep.Limits = append(rep.Limits, "resolved facts are recomputed now from the recorded args (evidence does not keep them): file-system facts may have changed")
+			} else {
+				rep.Limits = append(rep.Limits, "resolved facts could not be recomputed ("+err.Error()+"): replayed without them")
+			}
+		}
+		if callArgs == nil {
+			callArgs = map[string]any{}
+		}
+		d, err := engine.Decide(ctx, wire.PolicyInput{Principal: p, Tool: rc.Tool, Purpose: wire.PurposeCall, Args: callArgs,
+			Resolved: resolved, SessionID: rc.SessionID, CallID: rc.CallID, Time: rc.Time})
+		if err != nil {
+			return err
+		}
+		rep.Replayed = replayOutcome{Revision: d.PolicyRevision, Decision: wire.DecisionDeny, Reasons: d.Reasons}
+		if d.Allow {
+			rep.Replayed.Decision = wire.DecisionAllow
+		}
+		rep.Match = rep.Replayed.Decision == rep.Recorded.Decision && slices.Equal(sortedCopy(rep.Replayed.Reasons), sortedCopy(rep.Recorded.Reasons))
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+		if !rep.Match {
+			return errors.New("policy replay: the replayed decision differs from the recorded one")
+		}
+		return nil
 	}
-	if callArgs == nil {
-		callArgs = map[string]any{}
-	}
-	d, err := engine.Decide(ctx, wire.PolicyInput{Principal: p, Tool: rc.Tool, Purpose: wire.PurposeCall, Args: callArgs,
-		Resolved: resolved, SessionID: rc.SessionID, CallID: rc.CallID, Time: rc.Time})
-	if err != nil {
-		return err
-	}
-	rep.Replayed = replayOutcome{Revision: d.PolicyRevision, Decision: wire.DecisionDeny, Reasons: d.Reasons}
-	if d.Allow {
-		rep.Replayed.Decision = wire.DecisionAllow
-	}
-	rep.Match = rep.Replayed.Decision == rep.Recorded.Decision && slices.Equal(sortedCopy(rep.Replayed.Reasons), sortedCopy(rep.Recorded.Reasons))
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(rep); err != nil {
-		return err
-	}
-	if !rep.Match {
-		return errors.New("policy replay: the replayed decision differs from the recorded one")
-	}
-	return nil
+	return c
 }
 
 func sortedCopy(s []string) []string {

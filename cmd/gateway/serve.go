@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
 
 	"github.com/portcullis/portcullis/backends"
 	"github.com/portcullis/portcullis/bundles"
@@ -50,16 +50,26 @@ type serveFlags struct {
 	listen     string
 }
 
-func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func serveCmd() *cobra.Command {
 	var f serveFlags
+	c := &cobra.Command{
+		Use:   "serve [--dev] [--config FILE] [--listen ADDR]",
+		Short: "run the gateway",
+		Long: `Run the gateway. With --dev and no config: the embedded store, the shipped
+policy and a generated API key per role, printed once.`,
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return cmdServe(c.Context(), f, c.OutOrStdout(), c.ErrOrStderr())
+		},
+	}
+	fs := c.Flags()
 	fs.BoolVar(&f.dev, "dev", false, "development mode: embedded store, shipped policy, generated keys printed once")
 	fs.StringVar(&f.configPath, "config", os.Getenv("PORTCULLIS_CONFIG"), "config file (YAML)")
 	fs.StringVar(&f.listen, "listen", "", "listen address, overrides the config")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+	return c
+}
+
+func cmdServe(ctx context.Context, f serveFlags, stdout, stderr io.Writer) error {
 	// Before any secret is read: nothing of this process (environment,
 	// memory, open files) is readable through /proc by another process of
 	// its user, such as a program on the process backend.
@@ -72,6 +82,9 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	configFileWarning(f.configPath, log)
+	warnUnknownEnv(func(name, nearest string) {
+		log.Warn("unknown environment variable ignored", "name", name, "did_you_mean", nearest)
+	})
 	if err := tuneGC(cfg.Runtime, os.Getenv, log); err != nil {
 		return err
 	}
@@ -151,11 +164,14 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // registry, the configured principals, proxies and identity providers.
 func newServer(ctx context.Context, cfg config.Config, st *stack, ev *evidenceServices, log *slog.Logger) (*gateway.Server, *identityStack, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
 	if err := st.policy.metrics.Register(reg); err != nil {
 		return nil, nil, err
 	}
 	reg.MustRegister(memoMetrics(st.policy.engine)...)
+	if err := st.evMetrics.register(reg); err != nil {
+		return nil, nil, err
+	}
 	keys, err := principalKeys(cfg.Principals)
 	if err != nil {
 		return nil, nil, err
@@ -374,11 +390,12 @@ func principalKeys(ps []config.Principal) ([]gateway.Key, error) {
 func newLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(gateway.TraceLogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})))
 }
 
 // stack is the gateway's parts, opened once and closed in reverse.
 type stack struct {
+	evMetrics  *evidenceMetrics
 	store      evidence.Store
 	storeKind  string
 	writer     *evidence.Writer
@@ -442,8 +459,10 @@ func openStack(ctx context.Context, cfg config.Config, log *slog.Logger) (*stack
 	if err != nil {
 		return nil, err
 	}
+	st.evMetrics = newEvidenceMetrics()
 	st.writer = evidence.NewWriter(st.store, evidence.WriterOptions{InstanceID: st.instanceID, Logger: log,
-		CommitTimeout: time.Duration(cfg.Evidence.CommitTimeout)})
+		CommitTimeout: time.Duration(cfg.Evidence.CommitTimeout), Observe: st.evMetrics.observe})
+	st.evMetrics.writer = st.writer
 
 	runner, err := chooseRunner(ctx, cfg, log)
 	if err != nil {

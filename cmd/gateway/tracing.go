@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/contrib/exporters/autoexport"
@@ -19,8 +20,16 @@ import (
 // allows). With no exporter configured through the standard OTEL_* variables,
 // spans are not sampled and nothing is exported, but trace ids still exist so
 // receipts can name the trace a caller's traceparent started.
+//
+// OTEL_SDK_DISABLED=true turns the SDK off, as the specification says:
+// no provider is installed (spans are no-ops), so a receipt names a trace
+// only when its caller sent a traceparent.
 func setupTracing(ctx context.Context, log *slog.Logger) (func(), error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	if sdkDisabled() {
+		log.Info("OpenTelemetry SDK disabled (OTEL_SDK_DISABLED=true): no spans are recorded or exported")
+		return func() {}, nil
+	}
 	res := resource.NewSchemaless(semconv.ServiceName(envOr("OTEL_SERVICE_NAME", "portcullis-gateway")))
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if exporterConfigured() {
@@ -57,4 +66,10 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// sdkDisabled is OTEL_SDK_DISABLED, case-insensitive "true" only (the
+// specification's boolean: anything else is false).
+func sdkDisabled() bool {
+	return strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true")
 }
