@@ -24,9 +24,7 @@ type Options struct {
 	Getenv func(string) string
 	// Resolver resolves http upstreams' names (default: the system's).
 	Resolver egress.Resolver
-	// Pins keeps the tools' definition digests (pinning); nil: no pinning.
-	Pins PinStore
-	Now  func() time.Time
+	Now      func() time.Time
 }
 
 // Manager runs the configured upstreams and serves their tools.
@@ -35,6 +33,7 @@ type Manager struct {
 	log     *slog.Logger
 	conns   []*conn
 	auth    Authorizer
+	pins    PinStore
 	version atomic.Uint64
 
 	secretMu sync.Mutex
@@ -69,9 +68,10 @@ func New(specs []Spec, opts Options) (*Manager, error) {
 }
 
 // Start runs every upstream's supervisor until ctx ends. auth decides and
-// records stdio launches.
-func (m *Manager) Start(ctx context.Context, auth Authorizer) {
-	m.auth = auth
+// records stdio launches; pins keeps the tools' definition digests (nil:
+// no pinning, nothing is quarantined).
+func (m *Manager) Start(ctx context.Context, auth Authorizer, pins PinStore) {
+	m.auth, m.pins = auth, pins
 	for _, c := range m.conns {
 		go c.run(ctx)
 	}

@@ -31,7 +31,7 @@ const seenMarker = "seen"
 // use); afterwards a tool whose served digest is not its pin (changed), or
 // that has no pin (new), is quarantined until an admin approves it.
 func (m *Manager) observe(ctx context.Context, c *conn, list []*Tool) {
-	if m.opts.Pins == nil {
+	if m.pins == nil {
 		return
 	}
 	pins, err := m.loadPins(ctx, c, list)
@@ -52,21 +52,21 @@ func (m *Manager) observe(ctx context.Context, c *conn, list []*Tool) {
 
 func (m *Manager) loadPins(ctx context.Context, c *conn, list []*Tool) (map[string]string, error) {
 	pins := map[string]string{}
-	_, seen, err := m.opts.Pins.Pinned(ctx, c.spec.Name, "")
+	_, seen, err := m.pins.Pinned(ctx, c.spec.Name, "")
 	if err != nil {
 		return nil, err
 	}
 	if !seen {
 		for _, t := range list {
-			if err := m.opts.Pins.Pin(ctx, c.spec.Name, t.def.Name, t.digest, "portcullis"); err != nil {
+			if err := m.pins.Pin(ctx, c.spec.Name, t.def.Name, t.digest, "portcullis"); err != nil {
 				return nil, err
 			}
 			pins[t.def.Name] = t.digest
 		}
-		return pins, m.opts.Pins.Pin(ctx, c.spec.Name, "", seenMarker, "portcullis")
+		return pins, m.pins.Pin(ctx, c.spec.Name, "", seenMarker, "portcullis")
 	}
 	for _, t := range list {
-		d, ok, err := m.opts.Pins.Pinned(ctx, c.spec.Name, t.def.Name)
+		d, ok, err := m.pins.Pinned(ctx, c.spec.Name, t.def.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -100,7 +100,7 @@ func (m *Manager) pinned(upstream, tool string) string {
 // quarantined is the tool_changed refusal for t when its served definition
 // is not the pinned one, or nil.
 func (c *conn) quarantined(t *Tool) *wire.Error {
-	if c.m.opts.Pins == nil {
+	if c.m.pins == nil {
 		return nil
 	}
 	c.mu.Lock()
@@ -144,10 +144,10 @@ func (m *Manager) Approve(ctx context.Context, upstream, tool, digest, by string
 			return &wire.Error{Code: wire.CodePreconditionFailed, Message: "definition_sha256 is not the digest served now; GET /v1/upstreams shows it",
 				Details: map[string]any{"field": "definition_sha256", "served_sha256": served.digest}}
 		}
-		if m.opts.Pins == nil {
+		if m.pins == nil {
 			return nil
 		}
-		if err := m.opts.Pins.Pin(ctx, upstream, tool, digest, by); err != nil {
+		if err := m.pins.Pin(ctx, upstream, tool, digest, by); err != nil {
 			return err
 		}
 		m.setPin(c, tool, digest)

@@ -231,6 +231,10 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	if err != nil {
 		return fail(wire.Wrap(wire.CodeToolError, "upstream: encode", err, "the result of %s could not be encoded", c.t.name))
 	}
+	// A server that echoes its environment or headers (get-env) would
+	// hand the injected secrets to the agent, and through the results
+	// store to evidence: their values are masked.
+	b = []byte(c.t.up.m.redact(string(b)))
 	if len(b) > maxResultBytes {
 		return fail(wire.Errorf(wire.CodeTooLarge, "the result of %s is %d bytes, over the gateway's %d", c.t.name, len(b), maxResultBytes))
 	}

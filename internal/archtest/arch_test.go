@@ -63,7 +63,7 @@ var allowed = map[string][]string{
 
 	// The binaries wire everything together.
 	"cmd/gateway":                 {"..."},
-	"cmd/gateway/internal/config": {"gateway/identity"},
+	"cmd/gateway/internal/config": {"gateway/identity", "upstream"},
 	"cmd/portcullis-exec-helper":  {"backends/process"},
 
 	"sdk":               {"wire"},
