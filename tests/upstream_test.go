@@ -405,3 +405,92 @@ func waitListening(t *testing.T, port int) {
 	}
 	t.Fatalf("nothing listens on %d", port)
 }
+
+// TestUpstreamPinning pins an upstream's tools on first sight, then,
+// after the upstream named "every" starts serving other tools (another
+// server behind the same name: a rug pull), quarantines them: hidden from
+// lists, refused 409 tool_changed with a receipt, until an admin approves
+// the served digest. The pins are evidence: they survive the restart.
+func TestUpstreamPinning(t *testing.T) {
+	node, modules := mcpServers(t)
+	everything := filepath.Join(modules, "@modelcontextprotocol/server-everything/dist/index.js")
+	files := filepath.Join(modules, "@modelcontextprotocol/server-filesystem/dist/index.js")
+	work := t.TempDir()
+	_ = os.Chmod(work, 0o755)
+	writeFile(t, filepath.Join(work, "a.txt"), []byte("pinned content\n"))
+	q := strconv.Quote
+	line := func(server string, args ...string) string {
+		parts := []string{q(node), q(server)}
+		for _, a := range args {
+			parts = append(parts, q(a))
+		}
+		return "  - name: every\n    command: [" + strings.Join(parts, ", ") + "]\n"
+	}
+	d := upstreamDeployment(t, []string{"every.echo", "every.read_text_file"},
+		map[string][]map[string]string{"every": {{"path": modules, "mode": "r"}, {"path": work, "mode": "r"}}},
+		line(everything, "stdio"))
+	g := d.start(t)
+	agent := d.keys[agentFull]
+	st := waitUpstream(t, g, "every", "ready")
+	for _, tl := range st["tools"].([]any) {
+		tool := tl.(map[string]any)
+		if tool["quarantined"] == true || tool["pinned_sha256"] != tool["served_sha256"] {
+			t.Fatalf("first sight must pin every tool: %v", tool)
+		}
+	}
+	if r := g.call(t, agent, map[string]any{"tool": "every.echo", "input": map[string]any{"message": "x"}}); !r.Output.Success {
+		t.Fatalf("pinned tool: %s", r.body)
+	}
+	g.stop(10 * time.Second)
+
+	cfg, err := os.ReadFile(d.configPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped := strings.Replace(string(cfg), line(everything, "stdio"), line(files, work), 1)
+	if swapped == string(cfg) {
+		t.Fatal("config not swapped")
+	}
+	if err := os.WriteFile(d.configPath, []byte(swapped), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g = d.start(t)
+	st = waitUpstream(t, g, "every", "ready")
+	var served string
+	for _, tl := range st["tools"].([]any) {
+		tool := tl.(map[string]any)
+		if tool["name"] == "every.read_text_file" {
+			served, _ = tool["served_sha256"].(string)
+			if tool["quarantined"] != true || tool["pinned_sha256"] != "" {
+				t.Fatalf("a new tool behind a known upstream must be quarantined: %v", tool)
+			}
+		}
+	}
+	if served == "" {
+		t.Fatalf("every.read_text_file not served: %v", st)
+	}
+	if own := listedNames(t, g, agent)["every__read_text_file"]; own != "" {
+		t.Fatal("a quarantined tool is listed")
+	}
+	input := map[string]any{"path": filepath.Join(work, "a.txt")}
+	r := g.call(t, agent, map[string]any{"tool": "every.read_text_file", "input": input})
+	if r.status != http.StatusConflict || r.errCode() != "tool_changed" || r.ReceiptID == "" {
+		t.Fatalf("quarantined tool: want 409 tool_changed with a receipt, got %d %s", r.status, r.body)
+	}
+	if g.do(t, http.MethodPost, "/v1/upstreams/every/tools/read_text_file/approve", agent, map[string]any{"definition_sha256": served}).status != http.StatusForbidden {
+		t.Fatal("an agent approved a definition")
+	}
+	if a := g.do(t, http.MethodPost, "/v1/upstreams/every/tools/read_text_file/approve", d.keys[admin], map[string]any{"definition_sha256": strings.Repeat("0", 64)}); a.status != http.StatusPreconditionFailed {
+		t.Fatalf("approving a digest that is not served: %s", a)
+	}
+	if a := g.do(t, http.MethodPost, "/v1/upstreams/every/tools/read_text_file/approve", d.keys[admin], map[string]any{"definition_sha256": served}); a.status != http.StatusOK {
+		t.Fatalf("approve: %s", a)
+	}
+	if own := listedNames(t, g, agent)["every__read_text_file"]; own != "every.read_text_file" {
+		t.Fatal("an approved tool is not listed")
+	}
+	r = g.call(t, agent, map[string]any{"tool": "every.read_text_file", "input": input})
+	if !r.Output.Success || !strings.Contains(upstreamText(t, r), "pinned content") {
+		t.Fatalf("approved tool: %s", r.body)
+	}
+}
