@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -483,11 +484,21 @@ func TestUpstreamPinning(t *testing.T) {
 	if a := g.do(t, http.MethodPost, "/v1/upstreams/every/tools/read_text_file/approve", d.keys[admin], map[string]any{"definition_sha256": strings.Repeat("0", 64)}); a.status != http.StatusPreconditionFailed {
 		t.Fatalf("approving a digest that is not served: %s", a)
 	}
-	if a := g.do(t, http.MethodPost, "/v1/upstreams/every/tools/read_text_file/approve", d.keys[admin], map[string]any{"definition_sha256": served}); a.status != http.StatusOK {
-		t.Fatalf("approve: %s", a)
+	// The admin approves with the CLI, as an operator would.
+	keyFile := filepath.Join(t.TempDir(), "admin.key")
+	if err := os.WriteFile(keyFile, []byte(d.keys[admin]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(gatewayBin, "upstream", "approve", "--url", g.baseURL, "--key-file", keyFile, "every", "read_text_file", served).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"approved":true`) {
+		t.Fatalf("gateway upstream approve: %v: %s", err, out)
 	}
 	if own := listedNames(t, g, agent)["every__read_text_file"]; own != "every.read_text_file" {
 		t.Fatal("an approved tool is not listed")
+	}
+	pins := g.listReceipts(t, url.Values{"tool": {"pin:every.read_text_file"}})
+	if len(pins) != 1 || pins[0].PrincipalID != admin || !strings.Contains(string(pins[0].Args), served) {
+		t.Fatalf("the approval is not evidence naming the admin: %+v", pins)
 	}
 	r = g.call(t, agent, map[string]any{"tool": "every.read_text_file", "input": input})
 	if !r.Output.Success || !strings.Contains(upstreamText(t, r), "pinned content") {

@@ -39,6 +39,8 @@ commands:
   evidence hold place --config FILE --since T [--until T] --reason R   place a legal hold
   evidence hold list --config FILE [--active] [--json]                 list legal holds
   evidence hold release ID --config FILE --reason R                    release a legal hold
+  upstream list --url URL --key-file F            upstream MCP servers, their tools and digests (admin)
+  upstream approve --url URL --key-file F NAME TOOL SHA256  approve a quarantined tool's definition
 
 Configuration: --config FILE or PORTCULLIS_CONFIG; every key also as PORTCULLIS_<KEY>.
 `
@@ -76,6 +78,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdBundle(args[1:], stdout)
 	case "evidence":
 		err = cmdEvidence(ctx, args[1:], stdout)
+	case "upstream":
+		err = cmdUpstream(ctx, args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
