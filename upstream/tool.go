@@ -258,6 +258,12 @@ func (up *conn) callError(ctx context.Context, err error) *wire.Error {
 	if ctx.Err() == context.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
 		return wire.Wrap(wire.CodeTimeout, "upstream: call", err, "upstream %q did not answer within %s", up.spec.Name, up.timeout())
 	}
+	if ctx.Err() != nil {
+		// The caller went away (or the gateway is shutting down): the
+		// session is fine, and a client must not be able to make the
+		// gateway drop it (and restart the server) by disconnecting.
+		return wire.Wrap(wire.CodeBackendUnavailable, "upstream: call", err, "the call to upstream %q was stopped because the request was cancelled or the gateway is shutting down", up.spec.Name)
+	}
 	var je *jsonrpc.Error
 	if errors.As(err, &je) {
 		return wire.Wrap(wire.CodeToolError, "upstream: call", err, "upstream %q refused the call: %s", up.spec.Name, truncate(je.Message, 500))

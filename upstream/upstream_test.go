@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +73,7 @@ func TestDefinitionDigest(t *testing.T) {
 }
 
 func testConn(name string) *conn {
-	m := &Manager{secrets: map[string]bool{}, log: nil}
+	m := &Manager{secrets: map[string]bool{}, log: slogDiscard()}
 	return &conn{spec: Spec{Name: name, Command: []string{"/bin/true"}}, m: m}
 }
 
@@ -152,3 +153,24 @@ func TestRedactMasksSecretsRead(t *testing.T) {
 		t.Fatalf("missing secret: %v", err)
 	}
 }
+
+// TestCallErrorCodes: a cancelled call (the caller went away) is
+// backend_unavailable, taken before the "session broken" branch that drops
+// the session; a call past its deadline is timeout.
+func TestCallErrorCodes(t *testing.T) {
+	t.Parallel()
+	c := testConn("every")
+	c.m.log = slogDiscard()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if we := c.callError(ctx, context.Canceled); we.Code != wire.CodeBackendUnavailable {
+		t.Fatalf("cancelled: %v", we)
+	}
+	dl, cancel2 := context.WithTimeout(context.Background(), -time.Second)
+	defer cancel2()
+	if we := c.callError(dl, context.DeadlineExceeded); we.Code != wire.CodeTimeout {
+		t.Fatalf("deadline: %v", we)
+	}
+}
+
+func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
