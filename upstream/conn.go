@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -34,8 +35,10 @@ type conn struct {
 	since    time.Time
 	launchID string // the receipt of the last launch (stdio)
 	pins     pinState
-	// refreshing serializes tool list refreshes.
-	refreshing sync.Mutex
+	// refreshing serializes tool list refreshes; refreshPending says one
+	// is waiting to start.
+	refreshing     sync.Mutex
+	refreshPending atomic.Bool
 }
 
 func (c *conn) timeout() time.Duration {
@@ -128,7 +131,16 @@ func (c *conn) serveOnce(ctx context.Context) (time.Duration, error) {
 		Capabilities: &mcp.ClientCapabilities{},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			// Not on the session's read loop: refresh calls back into it.
+			// Notifications that arrive while one refresh waits to start
+			// are coalesced into it, so a server flooding list_changed
+			// costs at most one waiting and one running refresh.
+			if !c.refreshPending.CompareAndSwap(false, true) {
+				return
+			}
 			go func() {
+				c.refreshing.Lock()
+				c.refreshPending.Store(false)
+				c.refreshing.Unlock()
 				if err := c.refresh(ctx); err != nil {
 					c.m.log.Warn("upstream: refreshing tools after list_changed failed", "upstream", c.spec.Name, "err", c.m.redact(err.Error()))
 				}
