@@ -40,9 +40,7 @@ func launchPrincipal(name string) wire.Principal {
 // paths; a denial is recorded and refused.
 func (s *Server) AuthorizeLaunch(ctx context.Context, name string, resolved map[string]any) (upstream.Launch, error) {
 	p := launchPrincipal(name)
-	rec := &record{id: uuid.Must(uuid.NewV7()), at: s.opts.Now().UTC(), principal: p,
-		req: wire.ToolCallRequest{Tool: name}, args: map[string]any{}}
-	rec.idText = rec.id.String()
+	rec := s.gatewayRecord(p, name, map[string]any{})
 	dec, err := s.decide(ctx, p, name, wire.PurposeLaunch, nil, resolved, wire.ToolCallRequest{})
 	rec.decision = dec
 	if err != nil || !dec.Allow {
@@ -56,9 +54,7 @@ func (s *Server) AuthorizeLaunch(ctx context.Context, name string, resolved map[
 	}
 	scope := launchScope(dec)
 	rec.scope = &scope
-	outcome := evidence.Event{ID: uuid.Must(uuid.NewV7()), ReceiptID: rec.id, Kind: evidence.KindOutcome, Time: s.opts.Now().UTC(),
-		InstanceID: s.opts.InstanceID, Outcome: &wire.Outcome{Status: wire.StatusSucceeded, Backend: scope.Backend}}
-	if err := s.appendEvents(ctx, s.decisionEvent(rec, wire.DecisionAllow, ""), outcome); err != nil {
+	if err := s.recordSettled(ctx, rec, scope.Backend); err != nil {
 		s.metrics.evidenceFailures.Inc()
 		return upstream.Launch{}, errors.New("the launch receipt could not be recorded; not launching")
 	}
@@ -172,14 +168,27 @@ func (p PinStore) Pinned(ctx context.Context, up, tool string) (string, bool, er
 // Pin records digest as the approved definition of an upstream's tool.
 func (p PinStore) Pin(ctx context.Context, up, tool, digest, by string) error {
 	s := p.S
-	args := map[string]any{"upstream": up, "tool": tool, "definition_sha256": digest}
+	rec := s.gatewayRecord(wire.Principal{ID: by}, pinTool(up, tool),
+		map[string]any{"upstream": up, "tool": tool, "definition_sha256": digest})
+	rec.decision = wire.Decision{Allow: true, Reasons: []string{"definition pinned by " + by}, RuleIDs: []string{"upstream.pin"},
+		PolicyRevision: s.opts.PolicyRevision()}
+	return s.recordSettled(ctx, rec, "none")
+}
+
+// gatewayRecord starts the receipt of something the gateway itself does
+// (a launch, a pin), with args as its input.
+func (s *Server) gatewayRecord(p wire.Principal, tool string, args map[string]any) *record {
 	raw, _ := json.Marshal(args)
-	rec := &record{id: uuid.Must(uuid.NewV7()), at: s.opts.Now().UTC(),
-		principal: wire.Principal{ID: by}, req: wire.ToolCallRequest{Tool: pinTool(up, tool), Input: raw}, args: args,
-		decision: wire.Decision{Allow: true, Reasons: []string{"definition pinned by " + by}, RuleIDs: []string{"upstream.pin"},
-			PolicyRevision: s.opts.PolicyRevision()}}
+	rec := &record{id: uuid.Must(uuid.NewV7()), at: s.opts.Now().UTC(), principal: p,
+		req: wire.ToolCallRequest{Tool: tool, Input: raw}, args: args}
 	rec.idText = rec.id.String()
+	return rec
+}
+
+// recordSettled makes a receipt decided and done at once durable: its
+// allow decision and a succeeded outcome, in one write.
+func (s *Server) recordSettled(ctx context.Context, rec *record, backend string) error {
 	outcome := evidence.Event{ID: uuid.Must(uuid.NewV7()), ReceiptID: rec.id, Kind: evidence.KindOutcome, Time: s.opts.Now().UTC(),
-		InstanceID: s.opts.InstanceID, Outcome: &wire.Outcome{Status: wire.StatusSucceeded, Backend: "none"}}
+		InstanceID: s.opts.InstanceID, Outcome: &wire.Outcome{Status: wire.StatusSucceeded, Backend: backend}}
 	return s.appendEvents(ctx, s.decisionEvent(rec, wire.DecisionAllow, ""), outcome)
 }
