@@ -42,6 +42,8 @@ var codeTable = map[wire.Code]answer{
 	wire.CodeWriteLimit:          {status: http.StatusRequestEntityTooLarge},
 	wire.CodeTooLarge:            {status: http.StatusRequestEntityTooLarge},
 	wire.CodeTimeout:             {status: http.StatusGatewayTimeout},
+	wire.CodeToolError:           {status: http.StatusOK},
+	wire.CodeToolChanged:         {status: http.StatusConflict},
 	wire.CodeEvidenceUnavailable: {status: http.StatusServiceUnavailable},
 	wire.CodeSandboxUnavailable:  {status: http.StatusServiceUnavailable},
 	wire.CodeBackendUnavailable:  {status: http.StatusServiceUnavailable},

@@ -45,6 +45,8 @@ func TestCodeTable(t *testing.T) {
 		wire.CodeWriteLimit:          {413, 0},
 		wire.CodeTooLarge:            {413, 0},
 		wire.CodeTimeout:             {504, 0},
+		wire.CodeToolError:           {200, 0},
+		wire.CodeToolChanged:         {409, 0},
 		wire.CodeEvidenceUnavailable: {503, 0},
 		wire.CodeSandboxUnavailable:  {503, 0},
 		wire.CodeBackendUnavailable:  {503, 0},

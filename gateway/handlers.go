@@ -87,9 +87,17 @@ func (s *Server) visibleTools(ctx context.Context, p wire.Principal) ([]wire.Fun
 // p with purpose "list" and empty args.
 func (s *Server) visibleSpecs(ctx context.Context, p wire.Principal) ([]wire.FunctionSpec, error) {
 	out := []wire.FunctionSpec{}
-	for _, name := range s.toolList {
-		t := s.tools[name]
-		dec, err := s.decide(ctx, p, name, wire.PurposeList, nil, nil, wire.ToolCallRequest{})
+	c := s.catalogue()
+	for _, name := range c.list {
+		t := c.tools[name]
+		if h, ok := t.(hider); ok && h.Quarantined() {
+			continue // an upstream tool whose definition changed: not listed until approved
+		}
+		var facts map[string]any
+		if lf, ok := t.(listFacter); ok {
+			facts = lf.ListFacts()
+		}
+		dec, err := s.decide(ctx, p, name, wire.PurposeList, nil, facts, wire.ToolCallRequest{})
 		if err != nil {
 			s.log.ErrorContext(ctx, "policy evaluation failed while listing tools", "err", err, "tool", name)
 			return nil, err

@@ -387,7 +387,7 @@ func withRuleID(ids []string, id string) []string {
 }
 
 func metricTool(s *Server, name string) string {
-	if _, ok := s.tools[name]; ok {
+	if _, ok := s.catalogue().tools[name]; ok {
 		return name
 	}
 	return "unknown"

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sort"
 	"time"
 
 	"github.com/google/uuid"
@@ -114,6 +113,9 @@ type Options struct {
 	// TracerProvider makes the server's spans; nil: the global one
 	// (otel.GetTracerProvider, which serve sets up).
 	TracerProvider trace.TracerProvider
+	// Upstreams, when set, serves the governed MCP servers' tools beside
+	// the built-ins (catalogue.go, upstreams.go).
+	Upstreams Upstreams
 }
 
 // Server is the gateway's HTTP API.
@@ -129,9 +131,8 @@ type Server struct {
 	opts           Options
 	log            *slog.Logger
 	tracer         trace.Tracer
-	tools          map[string]tools.Tool
-	toolList       []string
-	names          *toolNames // model-safe names (toolnames.go)
+	tools          map[string]tools.Tool // the built-ins
+	cat            catalogueCache        // built-ins and upstream tools (catalogue.go)
 	metrics        *metrics
 	mcp            *mcpSessions
 	late           *evidence.LateOutcomes
@@ -180,10 +181,8 @@ func New(opts Options) *Server {
 	opts.Registry.MustRegister(newLateCollector(s.late))
 	for _, t := range opts.Tools {
 		s.tools[t.Name()] = t
-		s.toolList = append(s.toolList, t.Name())
 	}
-	sort.Strings(s.toolList)
-	s.names = newToolNames(s.toolList, s.log)
+	s.catalogue()
 
 	e := echo.New()
 	e.HideBanner = true
@@ -215,6 +214,7 @@ func New(opts Options) *Server {
 	s.evidenceRoutes(e)
 	s.holdRoutes(e)
 	s.mcpRoutes(e)
+	s.upstreamRoutes(e)
 	// The evidence explorer's static page (gateway/ui, docs/explorer.md);
 	// its data comes from the auditor routes above.
 	explorer := echo.WrapHandler(ui.New())
@@ -392,7 +392,11 @@ func (s *Server) readyz(c echo.Context) error {
 	if !ready {
 		status = http.StatusServiceUnavailable
 	}
-	return c.JSON(status, map[string]any{"ready": ready, "checks": checks})
+	body := map[string]any{"ready": ready, "checks": checks}
+	if up := s.upstreamsReady(); up != nil {
+		body["upstreams"] = up
+	}
+	return c.JSON(status, body)
 }
 
 // OpenAPIDocument is the served /openapi.json; gateway tests hold it against

@@ -51,14 +51,13 @@ func newToolNames(names []string, log *slog.Logger) *toolNames {
 // a tool name accepts either form). The call then carries the tool's own
 // name into policy input, receipts, traces and metrics.
 func (s *Server) lookupTool(name string) (tools.Tool, bool) {
-	if t, ok := s.tools[name]; ok {
+	c := s.catalogue()
+	if t, ok := c.tools[name]; ok {
 		return t, true
 	}
-	if s.names != nil {
-		if own, ok := s.names.tools[name]; ok {
-			t, ok := s.tools[own]
-			return t, ok
-		}
+	if own, ok := c.names.tools[name]; ok {
+		t, ok := c.tools[own]
+		return t, ok
 	}
 	return nil, false
 }
@@ -88,8 +87,9 @@ func unknownTool(name string) *wire.Error {
 // with the map back. A tool without one (see toolNames) is left out.
 func (s *Server) modelSafeList(specs []wire.FunctionSpec) wire.ToolList {
 	out := wire.ToolList{Tools: make([]wire.FunctionTool, 0, len(specs)), Names: make(map[string]string, len(specs))}
+	names := s.catalogue().names
 	for _, spec := range specs {
-		safe, ok := s.names.safe[spec.Name]
+		safe, ok := names.safe[spec.Name]
 		if !ok {
 			continue
 		}

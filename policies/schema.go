@@ -123,7 +123,7 @@ func envelope(args, resolved any, tool string) map[string]any {
 				"additionalProperties": false,
 			},
 			"tool":       toolSchema,
-			"purpose":    map[string]any{"type": "string", "enum": []string{"call", "dry_run", "list"}},
+			"purpose":    map[string]any{"type": "string", "enum": []string{"call", "dry_run", "list", "launch"}},
 			"args":       args,
 			"resolved":   resolved,
 			"session_id": str,

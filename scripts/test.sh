@@ -6,6 +6,9 @@
 #   * Chromium via apt-get (when root and missing; exports PORTCULLIS_CHROMIUM)
 #     for the evidence explorer's headless browser test (tests/explorer_test.go),
 #   * Deno from the npm registry into ./.tools (exports PORTCULLIS_DENO),
+#   * the third-party MCP servers the upstream suite fronts
+#     (@modelcontextprotocol/server-everything, server-filesystem) from the
+#     npm registry into ./.tools/mcp (exports PORTCULLIS_MCP_SERVERS),
 #   * PostgreSQL: uses 127.0.0.1:5432 when reachable, otherwise a throwaway
 #     cluster on a free port (exports PORTCULLIS_TEST_DATABASE_URL), removed
 #     on exit.
@@ -21,6 +24,8 @@
 # Knobs (environment):
 #   PORTCULLIS_REQUIRE_POSTGRES=1  fail instead of skipping Postgres tests
 #   PORTCULLIS_REQUIRE_BWRAP=1     fail when bubblewrap is missing
+#   PORTCULLIS_REQUIRE_MCP_SERVERS=1 fail when the npm MCP servers are missing
+#                                  (otherwise the upstream tests skip, saying why)
 #   PORTCULLIS_REQUIRE_CHROMIUM=1  fail when Chromium is missing (otherwise the
 #                                  explorer browser test skips, saying why)
 #   PORTCULLIS_REQUIRE_TMPFS=1     fail when a tmpfs cannot be mounted (root) for the
@@ -184,6 +189,38 @@ ensure_deno() {
 	else
 		warn "deno installed but no runnable binary found under .tools"
 	fi
+	return 0
+}
+
+# --- MCP servers (from the npm registry) -------------------------------------
+MCP_SERVERS=(@modelcontextprotocol/server-everything @modelcontextprotocol/server-filesystem)
+
+ensure_mcp_servers() {
+	local dir="$ROOT/.tools/mcp" missing=0 p
+	for p in "${MCP_SERVERS[@]}"; do
+		[[ -f $dir/node_modules/$p/dist/index.js ]] || missing=1
+	done
+	if [[ $missing == 1 ]]; then
+		if ! command -v npm >/dev/null 2>&1; then
+			apt_install npm || true
+		fi
+		log "installing ${MCP_SERVERS[*]} into .tools/mcp"
+		mkdir -p "$dir"
+		if ! npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "${MCP_SERVERS[@]}" >&2; then
+			warn "npm install of the MCP servers failed"
+		fi
+	fi
+	for p in "${MCP_SERVERS[@]}"; do
+		if [[ ! -f $dir/node_modules/$p/dist/index.js ]]; then
+			if [[ ${PORTCULLIS_REQUIRE_MCP_SERVERS:-0} == 1 ]]; then
+				echo "MCP server $p is required (PORTCULLIS_REQUIRE_MCP_SERVERS=1) but missing" >&2
+				return 1
+			fi
+			warn "MCP server $p missing: the upstream tests will skip"
+			return 0
+		fi
+	done
+	export PORTCULLIS_MCP_SERVERS="$dir/node_modules"
 	return 0
 }
 
@@ -520,6 +557,7 @@ run_deploy_checks() {
 log "go: $(go version)"
 step "provision: bubblewrap" ensure_bwrap
 step "provision: deno" ensure_deno
+step "provision: MCP servers (npm)" ensure_mcp_servers
 step "provision: postgresql" ensure_postgres
 step "provision: chromium" ensure_chromium
 log "PORTCULLIS_DENO=${PORTCULLIS_DENO:-<none>}"

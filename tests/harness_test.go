@@ -3,6 +3,7 @@ package tests
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -825,6 +826,7 @@ var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // expectReceipt is what a call's receipt must say.
 type expectReceipt struct {
+	tool      string // default Exec
 	principal string
 	decision  string   // allow | deny | invalid
 	statuses  []string // acceptable outcome.status values
@@ -857,8 +859,8 @@ func (g *gateway) checkReceipt(t testing.TB, res *toolCallResult, want expectRec
 	if rc.PrincipalID != want.principal {
 		t.Errorf("receipt principal_id = %q, want %q", rc.PrincipalID, want.principal)
 	}
-	if rc.Tool != "Exec" {
-		t.Errorf("receipt tool = %q, want Exec", rc.Tool)
+	if wantTool := cmp.Or(want.tool, "Exec"); rc.Tool != wantTool {
+		t.Errorf("receipt tool = %q, want %s", rc.Tool, wantTool)
 	}
 	if callID != "" && rc.CallID != callID {
 		t.Errorf("receipt call_id = %q, want %q", rc.CallID, callID)

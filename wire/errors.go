@@ -20,11 +20,16 @@ const (
 	// CodeInvalidFrontmatter: fs.apply_patch's updateFrontmatter found a
 	// front matter that is not valid YAML (details.line names the line).
 	// Not in the contract's list; seed 001 (CrewAgent) asks for it.
-	CodeInvalidFrontmatter  Code = "invalid_frontmatter"
-	CodeReadLimit           Code = "read_limit"
-	CodeWriteLimit          Code = "write_limit"
-	CodeTooLarge            Code = "too_large"
-	CodeTimeout             Code = "timeout"
+	CodeInvalidFrontmatter Code = "invalid_frontmatter"
+	CodeReadLimit          Code = "read_limit"
+	CodeWriteLimit         Code = "write_limit"
+	CodeTooLarge           Code = "too_large"
+	CodeTimeout            Code = "timeout"
+	// CodeToolError: an upstream MCP tool answered isError (HTTP 200).
+	CodeToolError Code = "tool_error"
+	// CodeToolChanged: an upstream tool's definition is not the pinned one
+	// (changed, or new), so it is quarantined until an admin approves it.
+	CodeToolChanged         Code = "tool_changed"
 	CodeEvidenceUnavailable Code = "evidence_unavailable"
 	CodeSandboxUnavailable  Code = "sandbox_unavailable"
 	CodeBackendUnavailable  Code = "backend_unavailable"
@@ -37,7 +42,7 @@ var Codes = []Code{
 	CodeUnauthenticated, CodeForbidden, CodeInvalidInput, CodeUnknownTool,
 	CodePermissionDenied, CodeFSDenied, CodeNetworkDenied, CodeSandboxViolation,
 	CodeNotFound, CodePreconditionFailed, CodeInvalidFrontmatter, CodeReadLimit, CodeWriteLimit,
-	CodeTooLarge, CodeTimeout, CodeEvidenceUnavailable, CodeSandboxUnavailable,
+	CodeTooLarge, CodeTimeout, CodeToolError, CodeToolChanged, CodeEvidenceUnavailable, CodeSandboxUnavailable,
 	CodeBackendUnavailable, CodeInternal,
 }
 

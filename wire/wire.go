@@ -138,6 +138,9 @@ const (
 	PurposeCall   = "call"
 	PurposeDryRun = "dry_run"
 	PurposeList   = "list"
+	// PurposeLaunch asks for the scope a stdio upstream MCP server runs
+	// in (tool "<upstream>", principal "upstream:<upstream>").
+	PurposeLaunch = "launch"
 )
 
 // PolicyInput is the document a Rego policy sees as `input`.

@@ -5,6 +5,9 @@ package bwrap
 import (
 	"context"
 	"errors"
+	"os/exec"
+
+	"github.com/portcullis/portcullis/wire"
 
 	"github.com/portcullis/portcullis/backends/sandbox"
 )
@@ -20,6 +23,11 @@ func New(opts Options) *Runner { return &Runner{opts: opts} }
 // Run refuses outside Linux.
 func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 	return sandbox.Result{}, errNotLinux
+}
+
+// Command refuses outside Linux.
+func (r *Runner) Command(ctx context.Context, argv, env []string, scope wire.Scope) (*exec.Cmd, func(), error) {
+	return nil, nil, errNotLinux
 }
 
 // Probe fails outside Linux, so "auto" picks another backend.

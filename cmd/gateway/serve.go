@@ -38,6 +38,7 @@ import (
 	fstool "github.com/portcullis/portcullis/tools/fs"
 	"github.com/portcullis/portcullis/tools/httpget"
 	"github.com/portcullis/portcullis/tools/readresult"
+	"github.com/portcullis/portcullis/upstream"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -105,6 +106,12 @@ func cmdServe(ctx context.Context, f serveFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	defer ev.stop()
+	// The upstreams' secrets named by environment variable are read now,
+	// before the environment is scrubbed; they stay in memory only.
+	ups, err := newUpstreams(cfg, st, log)
+	if err != nil {
+		return err
+	}
 	// Everything that reads the environment has (config, Deno path,
 	// tracing): the secrets in it go.
 	if names := scrubEnv(); len(names) > 0 {
@@ -114,9 +121,12 @@ func cmdServe(ctx context.Context, f serveFlags, stdout, stderr io.Writer) error
 		return err
 	}
 
-	srv, ident, err := newServer(ctx, cfg, st, ev, log)
+	srv, ident, err := newServer(ctx, cfg, st, ev, ups, log)
 	if err != nil {
 		return err
+	}
+	if ups != nil {
+		ups.Start(ctx, srv, gateway.PinStore{S: srv})
 	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -162,7 +172,7 @@ func cmdServe(ctx context.Context, f serveFlags, stdout, stderr io.Writer) error
 
 // newServer is the gateway's HTTP API over the opened stack: its metrics
 // registry, the configured principals, proxies and identity providers.
-func newServer(ctx context.Context, cfg config.Config, st *stack, ev *evidenceServices, log *slog.Logger) (*gateway.Server, *identityStack, error) {
+func newServer(ctx context.Context, cfg config.Config, st *stack, ev *evidenceServices, ups *upstream.Manager, log *slog.Logger) (*gateway.Server, *identityStack, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
 	if err := st.policy.metrics.Register(reg); err != nil {
@@ -193,6 +203,9 @@ func newServer(ctx context.Context, cfg config.Config, st *stack, ev *evidenceSe
 	}
 	if opts.StateDirs, err = stateDirs(ctx, cfg, log); err != nil {
 		return nil, nil, err
+	}
+	if ups != nil {
+		opts.Upstreams = ups
 	}
 	ident.wire(&opts)
 	return gateway.New(opts), ident, nil
@@ -405,6 +418,7 @@ type stack struct {
 	backend    string
 	refused    string // why Exec and code.run are refused ("" when they run)
 	instanceID string
+	sandbox    upstream.Sandbox // launches stdio upstreams; nil without bwrap
 }
 
 func (s *stack) revision() string {
@@ -470,6 +484,9 @@ func openStack(ctx context.Context, cfg config.Config, log *slog.Logger) (*stack
 		return nil, err
 	}
 	st.backend = runner.Name()
+	if sb, ok := runner.(upstream.Sandbox); ok {
+		st.sandbox = sb
+	}
 	st.refused = refusal(runner)
 	st.tools = newTools(cfg, runner, log, ctx.Done())
 	// The policy loads after the tools: bundles are type-checked against

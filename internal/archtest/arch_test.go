@@ -41,6 +41,9 @@ var allowed = map[string][]string{
 	"tools/coderun":              {"tools", "tools/internal/...", "tools/coderun/...", "backends", "backends/egress", "backends/sandbox", "wire"},
 	"tools/coderun/tsdecl":       {"wire"},
 	"tools/readresult":           {"tools", "tools/internal/...", "evidence/results", "wire"},
+	// Upstream MCP servers' tools: tools like the built-ins, over the
+	// go-sdk client; the sandbox and the launch decision come from above.
+	"upstream": {"tools", "backends/egress", "wire"},
 
 	// Policy and evidence.
 	"policies":                   {"wire"},
@@ -55,14 +58,14 @@ var allowed = map[string][]string{
 
 	// The HTTP layer: it runs tools through the contract and never
 	// touches a runner.
-	"gateway":          {"gateway/...", "tools", "tools/coderun/tsdecl", "tools/readresult", "evidence", "evidence/results", "wire"},
+	"gateway":          {"gateway/...", "upstream", "tools", "tools/coderun/tsdecl", "tools/readresult", "evidence", "evidence/results", "wire"},
 	"gateway/identity": {"wire"},
 	"gateway/statedir": {"wire"},
 	"gateway/ui":       {},
 
 	// The binaries wire everything together.
 	"cmd/gateway":                 {"..."},
-	"cmd/gateway/internal/config": {"gateway/identity"},
+	"cmd/gateway/internal/config": {"gateway/identity", "upstream"},
 	"cmd/portcullis-exec-helper":  {"backends/process"},
 
 	"sdk":               {"wire"},

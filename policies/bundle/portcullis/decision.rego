@@ -50,9 +50,10 @@ _fast := d if {
 
 _fast := d if {
 	input.tool != "Exec"
-	input.purpose in {"call", "dry_run"}
+	input.purpose in {"call", "dry_run", "launch"}
 	c := grants.compiled
 	count(c.malformed) == 0
+	not _upstream_denied
 	d := c.call
 }
 
@@ -60,6 +61,7 @@ _fast := d if {
 	input.purpose == "list"
 	c := grants.compiled
 	count(c.malformed) == 0
+	not _upstream_denied
 	d := c.list
 }
 
@@ -78,13 +80,13 @@ _purpose_text := input.purpose if {
 
 # denials are every refusal of the call, each a reason and the id of the
 # rule that produced it (docs/policies.md#rule-ids).
-denials contains {"rule": "decision.unknown_purpose", "reason": sprintf("unknown purpose %s: want call, dry_run or list", [_purpose_text])} if {
+denials contains {"rule": "decision.unknown_purpose", "reason": sprintf("unknown purpose %s: want call, dry_run, list or launch", [_purpose_text])} if {
 	not _purpose_known
 }
 
 # Helper rules rather than `not x in S`: negation over a possibly undefined
 # operand is easy to get wrong, and this is a deny path.
-_purpose_known if input.purpose in {"call", "dry_run", "list"}
+_purpose_known if input.purpose in {"call", "dry_run", "list", "launch"}
 
 denials contains {"rule": "grants.no_grant", "reason": sprintf("tool %s not granted to %s", [_tool_text, _principal_text])} if {
 	not grants.compiled
@@ -92,6 +94,10 @@ denials contains {"rule": "grants.no_grant", "reason": sprintf("tool %s not gran
 
 denials contains {"rule": "grants.malformed", "reason": msg} if {
 	some msg in grants.compiled.malformed
+}
+
+denials contains d if {
+	some d in upstream_denials
 }
 
 denials contains d if {
@@ -113,6 +119,10 @@ _checks_args if input.purpose in {"call", "dry_run"}
 # holds it, with the settings of the matched Exec shapes added to env.set
 # and their rule ids to the grant's.
 _allowed := grants.compiled.list if input.purpose == "list"
+
+# A stdio upstream's launch (tool "<upstream>", principal role
+# "upstream") gets its grant's scope like a call.
+_allowed := grants.compiled.call if input.purpose == "launch"
 
 _allowed := _call_allowed if _checks_args
 

@@ -58,11 +58,11 @@ test_unknown_purpose_denied if {
 	inp := object.union(_exec(["/usr/bin/echo", "hi"], "echo"), {"purpose": "sneak"})
 	d := portcullis.decision with input as inp
 	d.allow == false
-	d.reasons == ["unknown purpose sneak: want call, dry_run or list"]
+	d.reasons == ["unknown purpose sneak: want call, dry_run, list or launch"]
 	no_purpose := json.remove(inp, ["purpose"])
 	m := portcullis.decision with input as no_purpose
 	m.allow == false
-	m.reasons == ["unknown purpose <none>: want call, dry_run or list"]
+	m.reasons == ["unknown purpose <none>: want call, dry_run, list or launch"]
 }
 
 test_list_allows_exactly_granted_tools if {

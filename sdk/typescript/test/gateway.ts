@@ -33,14 +33,20 @@ export interface Gateway {
   stop(): Promise<void>;
 }
 
-export async function startGateway(): Promise<Gateway> {
+/** Options of startGateway: more tools for "agent", more config lines. */
+export interface GatewayOptions {
+  agentTools?: string[];
+  extraConfig?: string[];
+}
+
+export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> {
   const root = realpathSync(mkdtempSync(join(tmpdir(), "portcullis-ts-")));
   const scratch = join(root, "scratch");
   const bundle = join(root, "bundle");
   for (const d of [bundle, scratch, join(root, "data")]) mkdirSync(d, { recursive: true });
   writeFileSync(join(bundle, "e2e.rego"), readFileSync(join(REPO, "tests", "testdata", "policy", "e2e.rego")));
   writeFileSync(join(bundle, "data.json"), JSON.stringify({ e2e: { principals: {
-    agent: { tools: ["Exec", "fs.read", "fs.write", "fs.list", "fs.search"],
+    agent: { tools: ["Exec", "fs.read", "fs.write", "fs.list", "fs.search", ...(opts.agentTools ?? [])],
       fs_grants: [{ path: "/usr", mode: "r" }, { path: scratch, mode: "rw" }] },
     "agent-noexec": { tools: [] },
   } } }));
@@ -53,6 +59,7 @@ export async function startGateway(): Promise<Gateway> {
     lines.push(`  - id: ${JSON.stringify(id)}`, `    roles: [${role}]`,
       `    api_key_sha256: ${JSON.stringify(createHash("sha256").update(key).digest("hex"))}`);
   }
+  lines.push(...(opts.extraConfig ?? []));
   writeFileSync(join(root, "portcullis.yaml"), lines.join("\n") + "\n");
   const env: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) {

@@ -6,8 +6,13 @@ import assert from "node:assert/strict";
 import { Client as McpClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { createServer } from "node:net";
+import { join } from "node:path";
+
 import { Client } from "../src/index.js";
-import { startGateway, type Gateway } from "./gateway.js";
+import { REPO, startGateway, type Gateway } from "./gateway.js";
 
 let gw: Gateway;
 before(async () => { gw = await startGateway(); });
@@ -76,4 +81,54 @@ test("official MCP client: no key, no session", async () => {
   const transport = new StreamableHTTPClientTransport(new URL(gw.url + "/mcp"));
   const client = new McpClient({ name: "anon", version: "1.0.0" });
   await assert.rejects(client.connect(transport));
+});
+
+// An upstream MCP server the gateway fronts: server-everything (npm, not
+// ours) in its Streamable HTTP mode on loopback. The official client sees
+// its tools through the gateway, governed: only the granted one is listed.
+test("official MCP client: lists and calls an upstream server's tools through the gateway", async (t) => {
+  const modules = process.env["PORTCULLIS_MCP_SERVERS"] ?? join(REPO, ".tools", "mcp", "node_modules");
+  const server = join(modules, "@modelcontextprotocol", "server-everything", "dist", "index.js");
+  if (!existsSync(server)) {
+    if (process.env["PORTCULLIS_REQUIRE_MCP_SERVERS"] === "1") assert.fail(`${server} missing (PORTCULLIS_REQUIRE_MCP_SERVERS=1)`);
+    t.skip(`${server} missing (scripts/test.sh installs it)`);
+    return;
+  }
+  const port = await new Promise<number>((done) => {
+    const s = createServer().listen(0, "127.0.0.1", () => {
+      const p = (s.address() as { port: number }).port;
+      s.close(() => done(p));
+    });
+  });
+  const child = spawn(process.execPath, [server, "streamableHttp"], { env: { ...process.env, PORT: String(port) }, stdio: "ignore" });
+  t.after(() => { child.kill("SIGKILL"); });
+  const up = await startGateway({
+    agentTools: ["web.echo"],
+    extraConfig: ["upstreams:", "  - name: web", `    url: "http://127.0.0.1:${port}/mcp"`, '    allow_networks: ["127.0.0.1/32"]'],
+  });
+  t.after(() => up.stop());
+  const transport = new StreamableHTTPClientTransport(new URL(up.url + "/mcp"), {
+    requestInit: { headers: { Authorization: `Bearer ${up.keys.agent}` } },
+  });
+  const client = new McpClient({ name: "portcullis-mcp-upstream-test", version: "1.0.0" });
+  await client.connect(transport);
+  let names: string[] = [];
+  for (let i = 0; i < 200 && !names.includes("web.echo"); i++) {
+    names = (await client.listTools()).tools.map((tl) => tl.name);
+    if (!names.includes("web.echo")) await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.ok(names.includes("web.echo"), `web.echo not listed: ${names.join(", ")}`);
+  assert.ok(!names.includes("web.get-env"), "an ungranted upstream tool is listed");
+  const res = await client.callTool({ name: "web.echo", arguments: { message: "through the gateway" } });
+  assert.equal(res.isError, false);
+  const out = JSON.parse((res.content as TextContent[])[0]!.text) as { success: boolean; data: { content: TextContent[] } };
+  assert.equal(out.success, true);
+  assert.match(out.data.content[0]!.text, /through the gateway/);
+  const rid = (res._meta as Record<string, unknown>)["portcullis/receipt_id"] as string;
+  const rc = await new Client(up.url, up.keys.auditor).receipt(rid);
+  assert.deepEqual([rc.tool, rc.decision, rc.outcome?.status], ["web.echo", "allow", "succeeded"]);
+  const denied = await client.callTool({ name: "web.get-env", arguments: {} });
+  assert.equal(denied.isError, true);
+  await transport.terminateSession();
+  await client.close();
 });

@@ -43,8 +43,11 @@ type Config struct {
 	Sandbox      Sandbox     `yaml:"sandbox"`
 	Tools        Tools       `yaml:"tools"`
 	MCP          MCP         `yaml:"mcp"`
-	Debug        Debug       `yaml:"debug"`
-	Runtime      Runtime     `yaml:"runtime"`
+	// Upstreams are the MCP servers the gateway fronts and governs
+	// (docs/upstreams.md).
+	Upstreams []Upstream `yaml:"upstreams"`
+	Debug     Debug      `yaml:"debug"`
+	Runtime   Runtime    `yaml:"runtime"`
 	// TrustedProxies are the CIDRs (or single addresses) of the reverse
 	// proxies whose X-Forwarded-For is believed. A request from any other
 	// peer is attributed to its TCP peer address, whatever headers it
@@ -591,6 +594,7 @@ func (c *Config) Validate() error {
 	c.validatePrincipals(&p)
 	errs := append(p.errs, c.validateAuth()...)
 	errs = append(errs, c.validateTLS()...)
+	errs = append(errs, c.validateUpstreams()...)
 	return errors.Join(errs...)
 }
 

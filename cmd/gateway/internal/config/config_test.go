@@ -318,3 +318,27 @@ func TestMemoryLimitBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestUpstreamsValidated(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ yaml, want string }{
+		{"upstreams:\n  - name: fs\n    command: [/usr/bin/node]\n", "reserved"},
+		{"upstreams:\n  - name: a\n    command: [node]\n", "absolute"},
+		{"upstreams:\n  - name: a\n    url: https://x/mcp\n  - name: a\n    url: https://y/mcp\n", "used twice"},
+		{"upstreams:\n  - name: a\n    url: https://x/mcp\n    headers: {A: {secret: {env: X, file: /y}}}\n", "exactly one"},
+		{"upstreams:\n  - name: a\n    url: https://x/mcp\n    bogus: 1\n", "bogus"},
+	}
+	for _, c := range cases {
+		t.Run(c.want, func(t *testing.T) {
+			t.Parallel()
+			cfg := Default()
+			err := Parse([]byte(c.yaml), &cfg)
+			if err == nil {
+				err = cfg.Validate()
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+}
