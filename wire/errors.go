@@ -25,6 +25,10 @@ const (
 	CodeWriteLimit          Code = "write_limit"
 	CodeTooLarge            Code = "too_large"
 	CodeTimeout             Code = "timeout"
+	CodeApprovalRequired    Code = "approval_required"
+	CodeApprovalRejected    Code = "approval_rejected"
+	CodeApprovalExpired     Code = "approval_expired"
+	CodeRateLimited         Code = "rate_limited"
 	CodeEvidenceUnavailable Code = "evidence_unavailable"
 	CodeSandboxUnavailable  Code = "sandbox_unavailable"
 	CodeBackendUnavailable  Code = "backend_unavailable"
@@ -37,7 +41,8 @@ var Codes = []Code{
 	CodeUnauthenticated, CodeForbidden, CodeInvalidInput, CodeUnknownTool,
 	CodePermissionDenied, CodeFSDenied, CodeNetworkDenied, CodeSandboxViolation,
 	CodeNotFound, CodePreconditionFailed, CodeInvalidFrontmatter, CodeReadLimit, CodeWriteLimit,
-	CodeTooLarge, CodeTimeout, CodeEvidenceUnavailable, CodeSandboxUnavailable,
+	CodeTooLarge, CodeTimeout, CodeApprovalRequired, CodeApprovalRejected,
+	CodeApprovalExpired, CodeRateLimited, CodeEvidenceUnavailable, CodeSandboxUnavailable,
 	CodeBackendUnavailable, CodeInternal,
 }
 

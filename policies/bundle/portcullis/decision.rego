@@ -11,13 +11,23 @@
 #   does not collect deny reasons, and full_decision is the reference.
 package portcullis
 
+import data.portcullis.approvals
 import data.portcullis.exec
 import data.portcullis.grants
 
-# decision is denied unless a rule below says otherwise.
+# decision is denied unless a rule below says otherwise. An allowed call
+# that approvals.rego says needs a person carries its approval part.
 default decision := {"allow": false, "reasons": ["no rule allowed the call"], "rule_ids": ["decision.default_deny"]}
 
-decision := d if {
+decision := object.union(d, {"approval": approvals.requirement, "rule_ids": array.concat(d.rule_ids, ["approvals.prod_exec"])}) if {
+	d := decision_base
+	d.allow == true
+	approvals.requirement
+} else := decision_base
+
+default decision_base := {"allow": false, "reasons": ["no rule allowed the call"], "rule_ids": ["decision.default_deny"]}
+
+decision_base := d if {
 	d := _fast
 } else := full_decision
 
