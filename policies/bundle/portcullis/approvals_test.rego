@@ -64,3 +64,40 @@ test_allowlist_and_ttl_are_data if {
 		with data.portcullis.config.approvals as cfg
 	r.ttl_s == 60
 }
+
+_agent := {"id": "agent-alpha", "roles": ["agent"], "attributes": {}}
+
+test_quotas_from_data if {
+	q := [
+		{"tool": "Exec", "limit": 100, "window_s": 3600},
+		{"tool": "*", "limit": 1000, "window_s": 86400, "cost": 2},
+		{"tool": "fs.read", "limit": 1, "window_s": 1},
+	]
+	d := portcullis.decision with input as _exec(_agent, ["/usr/bin/echo", "hi"], "echo")
+		with data.portcullis.config.quotas as q
+	d.allow == true
+	d.quotas == [
+		{"key": "agent-alpha/Exec", "limit": 100, "window_s": 3600, "cost": 1},
+		{"key": "agent-alpha/*", "limit": 1000, "window_s": 86400, "cost": 2},
+	]
+}
+
+test_no_quotas_by_default if {
+	d := portcullis.decision with input as _exec(_agent, ["/usr/bin/echo", "hi"], "echo")
+	not d.quotas
+}
+
+test_denied_call_carries_no_quotas if {
+	stranger := {"id": "stranger", "roles": [], "attributes": {}}
+	d := portcullis.decision with input as _exec(stranger, ["/usr/bin/echo", "hi"], "echo")
+		with data.portcullis.config.quotas as [{"tool": "*", "limit": 1, "window_s": 1}]
+	d.allow == false
+	not d.quotas
+}
+
+test_approval_and_quotas_together if {
+	d := portcullis.decision with input as _exec(_prod_agent, ["/usr/local/go/bin/go", "vet", "./..."], "go")
+		with data.portcullis.config.quotas as [{"tool": "Exec", "limit": 5, "window_s": 60}]
+	d.approval.required == true
+	d.quotas == [{"key": "agent-alpha/Exec", "limit": 5, "window_s": 60, "cost": 1}]
+}

@@ -14,16 +14,32 @@ package portcullis
 import data.portcullis.approvals
 import data.portcullis.exec
 import data.portcullis.grants
+import data.portcullis.quotas
 
 # decision is denied unless a rule below says otherwise. An allowed call
-# that approvals.rego says needs a person carries its approval part.
+# carries the controls approvals.rego and quotas.rego add: an approval
+# part when a person must approve it, quotas when it draws on a budget.
 default decision := {"allow": false, "reasons": ["no rule allowed the call"], "rule_ids": ["decision.default_deny"]}
 
-decision := object.union(d, {"approval": approvals.requirement, "rule_ids": array.concat(d.rule_ids, ["approvals.prod_exec"])}) if {
+decision := object.union(d, _controls(d)) if {
 	d := decision_base
 	d.allow == true
-	approvals.requirement
+	_has_controls
 } else := decision_base
+
+_has_controls if approvals.requirement
+
+_has_controls if count(quotas.quotas) > 0
+
+_controls(d) := object.union(_approval_part(d), _quota_part)
+
+_approval_part(d) := {"approval": approvals.requirement, "rule_ids": array.concat(d.rule_ids, ["approvals.prod_exec"])} if {
+	approvals.requirement
+} else := {}
+
+_quota_part := {"quotas": quotas.quotas} if count(quotas.quotas) > 0
+
+else := {}
 
 default decision_base := {"allow": false, "reasons": ["no rule allowed the call"], "rule_ids": ["decision.default_deny"]}
 
