@@ -1,0 +1,287 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/wire"
+)
+
+var _ evidence.ControlStore = (*Store)(nil)
+
+// consumeSQL draws cost from one counter: one statement, atomic across
+// replicas. A conflicting row is locked and re-checked on its latest
+// version (READ COMMITTED's rule for ON CONFLICT DO UPDATE), so two
+// replicas racing for the last unit cannot both take it; no row returned
+// means the quota would be exceeded and nothing changed.
+const consumeSQL = `INSERT INTO portcullis_quota_counters AS q (key, window_s, window_start, used, quota_limit)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (key, window_s, window_start) DO UPDATE
+SET used = q.used + EXCLUDED.used, quota_limit = EXCLUDED.quota_limit, updated_at = now()
+WHERE q.used + EXCLUDED.used <= EXCLUDED.quota_limit
+RETURNING used`
+
+// ConsumeQuotas draws on every quota in one transaction: all or none.
+// A single quota (the common case) is one statement, no transaction.
+func (s *Store) ConsumeQuotas(ctx context.Context, qs []wire.Quota, now time.Time) ([]evidence.QuotaDraw, *evidence.QuotaExceeded, error) {
+	if s.ro != nil {
+		return nil, nil, errReadOnly
+	}
+	qs = evidence.SortQuotas(qs)
+	for _, q := range qs {
+		if q.Cost > q.Limit {
+			return nil, &evidence.QuotaExceeded{Quota: q, RetryAfter: evidence.RetryAfter(now, q.WindowS)}, nil
+		}
+	}
+	var (
+		draws    []evidence.QuotaDraw
+		exceeded *evidence.QuotaExceeded
+	)
+	run := func(ctx context.Context, db interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) error {
+		for _, q := range qs {
+			d := evidence.QuotaDraw{Key: q.Key, WindowS: q.WindowS, WindowStart: evidence.WindowStart(now, q.WindowS), Cost: q.Cost}
+			var used int64
+			err := db.QueryRow(ctx, consumeSQL, d.Key, d.WindowS, d.WindowStart, d.Cost, q.Limit).Scan(&used)
+			if errors.Is(err, pgx.ErrNoRows) {
+				exceeded = &evidence.QuotaExceeded{Quota: q, RetryAfter: evidence.RetryAfter(now, q.WindowS)}
+				return errExceeded
+			}
+			if err != nil {
+				return err
+			}
+			draws = append(draws, d)
+		}
+		return nil
+	}
+	var err error
+	if len(qs) == 1 {
+		err = run(ctx, s.pool)
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return run(ctx, tx) })
+	}
+	switch {
+	case errors.Is(err, errExceeded):
+		return nil, exceeded, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("evidence/postgres: consume quotas: %w", classify(err))
+	}
+	return draws, nil, nil
+}
+
+var errExceeded = errors.New("quota exceeded")
+
+// RefundQuotas gives draws back, never below zero.
+func (s *Store) RefundQuotas(ctx context.Context, draws []evidence.QuotaDraw) error {
+	for _, d := range draws {
+		if _, err := s.pool.Exec(ctx, `UPDATE portcullis_quota_counters SET used = greatest(used - $4, 0), updated_at = now()
+			WHERE key = $1 AND window_s = $2 AND window_start = $3`, d.Key, d.WindowS, d.WindowStart, d.Cost); err != nil {
+			return fmt.Errorf("evidence/postgres: refund quotas: %w", classify(err))
+		}
+	}
+	return nil
+}
+
+// QuotaUsage lists key's windows, newest first.
+func (s *Store) QuotaUsage(ctx context.Context, key string, limit int) ([]wire.QuotaUsage, error) {
+	rows, err := s.q.Query(ctx, `SELECT key, window_s, window_start, used, quota_limit FROM portcullis_quota_counters
+		WHERE key = $1 ORDER BY window_start DESC, window_s LIMIT $2`, key, limit)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: quota usage: %w", classify(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (wire.QuotaUsage, error) {
+		var u wire.QuotaUsage
+		var start int64
+		err := r.Scan(&u.Key, &u.WindowS, &start, &u.Used, &u.Limit)
+		u.WindowStart = time.Unix(start, 0).UTC()
+		return u, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: quota usage: %w", classify(err))
+	}
+	return out, nil
+}
+
+const parkedCols = `id, receipt_id, status, principal, tool, call_id, session_id, input, args_sha256, args,
+	policy_revision, reason, approvers, created_at, expires_at, decided_by, decided_at, decision_reason, response`
+
+// ParkCall stores a pending parked call.
+func (s *Store) ParkCall(ctx context.Context, p evidence.ParkedCall) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
+	principal, err := json.Marshal(p.Principal)
+	if err != nil {
+		return fmt.Errorf("evidence/postgres: park call: %w", err)
+	}
+	approvers, err := json.Marshal(nonNilStrings(p.Approvers))
+	if err != nil {
+		return fmt.Errorf("evidence/postgres: park call: %w", err)
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO portcullis_approvals (id, receipt_id, status, principal, principal_id, tool, call_id,
+		session_id, input, args_sha256, args, policy_revision, reason, approvers, created_at, expires_at)
+		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+		pgUUID(p.ID), pgUUID(p.ReceiptID), principal, p.Principal.ID, p.Tool, p.CallID, p.SessionID, []byte(p.Input),
+		p.ArgsSHA256, jsonOrNil(p.Args), p.PolicyRevision, p.Reason, approvers, p.CreatedAt, p.ExpiresAt)
+	if err != nil {
+		return fmt.Errorf("evidence/postgres: park call: %w", classify(err))
+	}
+	return nil
+}
+
+func jsonOrNil(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
+
+func nonNilStrings(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func scanParked(r pgx.CollectableRow) (evidence.ParkedCall, error) {
+	var (
+		p                    evidence.ParkedCall
+		id, rid              pgtype.UUID
+		principal, approvers []byte
+		args, response       []byte
+		decidedAt            pgtype.Timestamptz
+		createdAt, expiresAt time.Time
+		input                []byte
+	)
+	err := r.Scan(&id, &rid, &p.Status, &principal, &p.Tool, &p.CallID, &p.SessionID, &input, &p.ArgsSHA256, &args,
+		&p.PolicyRevision, &p.Reason, &approvers, &createdAt, &expiresAt, &p.DecidedBy, &decidedAt, &p.DecisionReason, &response)
+	if err != nil {
+		return p, err
+	}
+	p.ID, p.ReceiptID = id.Bytes, rid.Bytes
+	p.CreatedAt, p.ExpiresAt = createdAt.UTC(), expiresAt.UTC()
+	if decidedAt.Valid {
+		p.DecidedAt = decidedAt.Time.UTC()
+	}
+	p.Input, p.Args, p.Response = input, args, response
+	if err := json.Unmarshal(principal, &p.Principal); err != nil {
+		return p, err
+	}
+	return p, json.Unmarshal(approvers, &p.Approvers)
+}
+
+func (s *Store) parked(ctx context.Context, q string, args ...any) ([]evidence.ParkedCall, error) {
+	rows, err := s.q.Query(ctx, q, args...)
+	if err != nil {
+		return nil, classify(err)
+	}
+	out, err := pgx.CollectRows(rows, scanParked)
+	return out, classify(err)
+}
+
+func (s *Store) oneParked(ctx context.Context, where string, arg any) (evidence.ParkedCall, error) {
+	list, err := s.parked(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE "+where, arg)
+	if err != nil {
+		return evidence.ParkedCall{}, fmt.Errorf("evidence/postgres: approval: %w", err)
+	}
+	if len(list) == 0 {
+		return evidence.ParkedCall{}, evidence.ErrApprovalNotFound
+	}
+	return list[0], nil
+}
+
+// ParkedCall returns one parked call.
+func (s *Store) ParkedCall(ctx context.Context, id uuid.UUID) (evidence.ParkedCall, error) {
+	return s.oneParked(ctx, "id = $1", pgUUID(id))
+}
+
+// ParkedCallByReceipt returns the parked call of a receipt.
+func (s *Store) ParkedCallByReceipt(ctx context.Context, receiptID uuid.UUID) (evidence.ParkedCall, error) {
+	return s.oneParked(ctx, "receipt_id = $1", pgUUID(receiptID))
+}
+
+// ParkedCalls lists parked calls, oldest first.
+func (s *Store) ParkedCalls(ctx context.Context, status string, limit int) ([]evidence.ParkedCall, error) {
+	list, err := s.parked(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE ($1 = '' OR status = $1) ORDER BY created_at, id LIMIT $2", status, limit)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: approvals: %w", err)
+	}
+	return list, nil
+}
+
+// SettleParked moves a parked call from one status to another exactly
+// once: the row is locked (FOR UPDATE) and the update re-checks the
+// status, so of two replicas settling it at once one wins and the other
+// finds it settled. The input is returned from before the update, which
+// clears it unless the call was just approved.
+func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.ParkedCall, error) {
+	if s.ro != nil {
+		return evidence.ParkedCall{}, errReadOnly
+	}
+	var p evidence.ParkedCall
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE id = $1 FOR UPDATE", pgUUID(st.ID))
+		if err != nil {
+			return err
+		}
+		list, err := pgx.CollectRows(rows, scanParked)
+		if err != nil {
+			return err
+		}
+		if len(list) == 0 {
+			return evidence.ErrApprovalNotFound
+		}
+		p = list[0]
+		if p.Status != st.From || (st.To == wire.ApprovalApproved && !st.At.Before(p.ExpiresAt)) {
+			return evidence.ErrApprovalSettled
+		}
+		decidedBy, decidedAt, reason := p.DecidedBy, pgtype.Timestamptz{Time: p.DecidedAt, Valid: !p.DecidedAt.IsZero()}, p.DecisionReason
+		if st.From == wire.ApprovalPending {
+			decidedBy, decidedAt, reason = st.By, pgtype.Timestamptz{Time: st.At, Valid: true}, st.Reason
+		}
+		_, err = tx.Exec(ctx, `UPDATE portcullis_approvals SET status = $2, decided_by = $3, decided_at = $4, decision_reason = $5,
+			input = CASE WHEN $7 THEN input END, response = coalesce($6, response) WHERE id = $1`,
+			pgUUID(st.ID), st.To, decidedBy, decidedAt, reason, jsonOrNil(st.Response), st.KeepInput())
+		return err
+	})
+	switch {
+	case errors.Is(err, evidence.ErrApprovalNotFound), errors.Is(err, evidence.ErrApprovalSettled):
+		return p, err
+	case err != nil:
+		return p, fmt.Errorf("evidence/postgres: settle approval: %w", classify(err))
+	}
+	p.Status = st.To
+	if st.From == wire.ApprovalPending {
+		p.DecidedBy, p.DecidedAt, p.DecisionReason = st.By, st.At, st.Reason
+	}
+	if st.Response != nil {
+		p.Response = st.Response
+	}
+	return p, nil
+}
+
+// ExpiredParked lists pending calls whose expiry has passed.
+func (s *Store) ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error) {
+	rows, err := s.q.Query(ctx, "SELECT id FROM portcullis_approvals WHERE status = 'pending' AND expires_at <= $1 ORDER BY expires_at LIMIT $2", now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: expired approvals: %w", classify(err))
+	}
+	ids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (uuid.UUID, error) {
+		var id pgtype.UUID
+		err := r.Scan(&id)
+		return id.Bytes, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: expired approvals: %w", classify(err))
+	}
+	return ids, nil
+}
