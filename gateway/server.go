@@ -107,6 +107,12 @@ type Options struct {
 	// refused, which defeats DNS rebinding; clients that send no Origin
 	// (SDKs, CLIs, agents) are unaffected.
 	MCPAllowedOrigins []string
+	// Controls keeps quota counters and parked calls (contract sections 9
+	// and 10), shared by replicas; nil refuses every call whose decision
+	// carries quotas or an approval (fail closed).
+	Controls evidence.ControlStore
+	// Approvals configures how parked calls wait and notify.
+	Approvals ApprovalOptions
 }
 
 // Server is the gateway's HTTP API.
@@ -201,6 +207,7 @@ func New(opts Options) *Server {
 	s.evidenceRoutes(e)
 	s.holdRoutes(e)
 	s.mcpRoutes(e)
+	s.approvalRoutes(e)
 	// The evidence explorer's static page (gateway/ui, docs/explorer.md);
 	// its data comes from the auditor routes above.
 	explorer := echo.WrapHandler(ui.New())
@@ -391,6 +398,9 @@ func (s *Server) openapi(c echo.Context) error {
 func (s *Server) Run(ctx context.Context) {
 	if s.opts.Results != nil {
 		go s.opts.Results.Run(ctx)
+	}
+	if s.opts.Controls != nil {
+		go s.sweepApprovals(ctx)
 	}
 	s.late.Run(ctx)
 }

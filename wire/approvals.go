@@ -73,6 +73,15 @@ type ApprovalDecision struct {
 	Reason   string `json:"reason"`
 }
 
+// ApprovalResult is the body of POST /v1/approvals/{id}: the approval as
+// it now stands and the call's final answer (the run's, for an approval),
+// with the HTTP status that answer carries.
+type ApprovalResult struct {
+	Approval Approval         `json:"approval"`
+	Result   ToolCallResponse `json:"result"`
+	Status   int              `json:"status"`
+}
+
 // Quota is one counter a decision draws on (contract section 10): at most
 // Limit units of cost per fixed window of WindowS seconds under Key.
 type Quota struct {

@@ -173,6 +173,10 @@ func newServer(ctx context.Context, cfg config.Config, st *stack, ev *evidenceSe
 		PolicyAdmin: policyAdmin{st.policy.manager}, Explainer: st.engine, Auditor: ev.auditor, TrustedProxies: proxies,
 		Late: ev.late, EvidenceTimeout: evidenceTimeout(cfg), Results: keeperOf(st.tools),
 	}
+	if cs, ok := st.store.(evidence.ControlStore); ok {
+		opts.Controls = cs
+	}
+	opts.Approvals = gateway.ApprovalOptions{MCPWait: cfg.Approvals.MCPWait.Std(), WebhookURL: cfg.Approvals.WebhookURL}
 	ident.wire(&opts)
 	return gateway.New(opts), ident, nil
 }
