@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -98,6 +99,102 @@ func SortQuotas(qs []wire.Quota) []wire.Quota {
 		return int(a.WindowS - b.WindowS)
 	})
 	return out
+}
+
+// QuotaRequest is one call's draw in a QuotaBatch.
+type QuotaRequest struct {
+	Quotas   []wire.Quota // sorted (SortQuotas), each cost within its limit
+	Now      time.Time
+	draws    []QuotaDraw
+	exceeded *QuotaExceeded
+	done     chan struct{}
+}
+
+// Settle records the request's result: ok means every quota was drawn.
+func (r *QuotaRequest) Settle(ok bool) {
+	if !ok {
+		r.Refuse(0)
+		return
+	}
+	r.draws = make([]QuotaDraw, 0, len(r.Quotas))
+	for _, q := range r.Quotas {
+		r.draws = append(r.draws, QuotaDraw{Key: q.Key, WindowS: q.WindowS, WindowStart: WindowStart(r.Now, q.WindowS), Cost: q.Cost})
+	}
+}
+
+// Refuse records that quota i refused the request (nothing drawn).
+func (r *QuotaRequest) Refuse(i int) {
+	q := r.Quotas[i]
+	r.draws, r.exceeded = nil, &QuotaExceeded{Quota: q, RetryAfter: RetryAfter(r.Now, q.WindowS)}
+}
+
+// QuotaBatch group-commits quota draws for a store: the requests that
+// queue while one batch commits go in the next, so a busy gateway pays
+// one commit per batch, not per call, and a hot counter row is taken once
+// per batch. Every draw is durable before Consume returns.
+type QuotaBatch struct {
+	mu      sync.Mutex
+	queue   []*QuotaRequest
+	running bool
+}
+
+// Consume queues a request for qs and waits for the batch holding it:
+// commit applies a batch in one transaction, calling Settle or Refuse on
+// each request; an error fails the whole batch (nothing drawn).
+func (b *QuotaBatch) Consume(ctx context.Context, qs []wire.Quota, now time.Time, commit func(context.Context, []*QuotaRequest) error) ([]QuotaDraw, *QuotaExceeded, error) {
+	qs = SortQuotas(qs)
+	for _, q := range qs {
+		if q.Cost > q.Limit {
+			return nil, &QuotaExceeded{Quota: q, RetryAfter: RetryAfter(now, q.WindowS)}, nil
+		}
+	}
+	r := &QuotaRequest{Quotas: qs, Now: now, done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, r)
+	lead := !b.running
+	b.running = true
+	b.mu.Unlock()
+	var err error
+	if lead {
+		err = b.drain(context.WithoutCancel(ctx), r, commit)
+	}
+	<-r.done
+	if err != nil || (r.draws == nil && r.exceeded == nil) {
+		if err == nil {
+			err = errBatchFailed
+		}
+		return nil, nil, err
+	}
+	return r.draws, r.exceeded, nil
+}
+
+var errBatchFailed = errors.New("evidence: quota batch failed")
+
+// drain commits batches until the queue is empty; it returns the error
+// of the batch that held own.
+func (b *QuotaBatch) drain(ctx context.Context, own *QuotaRequest, commit func(context.Context, []*QuotaRequest) error) error {
+	var ownErr error
+	for {
+		b.mu.Lock()
+		batch := b.queue
+		b.queue = nil
+		if len(batch) == 0 {
+			b.running = false
+			b.mu.Unlock()
+			return ownErr
+		}
+		b.mu.Unlock()
+		err := commit(ctx, batch)
+		for _, r := range batch {
+			if err != nil {
+				r.draws, r.exceeded = nil, nil
+				if r == own {
+					ownErr = err
+				}
+			}
+			close(r.done)
+		}
+	}
 }
 
 // ParkedCall is a call waiting for a person (contract section 9): the

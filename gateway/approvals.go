@@ -181,7 +181,9 @@ func (s *Server) settle(ctx context.Context, pc evidence.ParkedCall, from, to, a
 		s.metrics.evidenceFailures.Inc()
 		s.log.ErrorContext(ctx, "approval settlement not recorded yet; queued", "err", err, "receipt_id", pc.ReceiptID)
 		for _, e := range events {
-			s.late.Queue(e, false)
+			if e.Kind == evidence.KindOutcome { // the late queue records outcomes
+				s.late.Queue(e, false)
+			}
 		}
 	}
 	return out, nil

@@ -2,8 +2,11 @@ package policies
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"unicode"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/portcullis/portcullis/wire"
 )
@@ -141,4 +144,67 @@ func printableString(s string) bool {
 		}
 	}
 	return true
+}
+
+// astQuotas reads well-formed quotas straight from the AST (the hot path
+// of a policy that sets quotas on every call); false for anything
+// parseQuotas would refuse or that this reader does not take, so the
+// caller falls back to parseDecision. Both give the same quotas.
+func astQuotas(t *ast.Term) ([]wire.Quota, bool) {
+	arr, ok := t.Value.(*ast.Array)
+	if !ok || arr.Len() > wire.MaxQuotas {
+		return nil, false
+	}
+	out := make([]wire.Quota, 0, arr.Len())
+	for i := range arr.Len() {
+		o, ok := arr.Elem(i).Value.(ast.Object)
+		if !ok || o.Len() < 3 || o.Len() > 4 {
+			return nil, false
+		}
+		q := wire.Quota{Cost: 1}
+		kt := o.Get(keyTerm("key"))
+		if kt == nil {
+			return nil, false
+		}
+		key, ok := kt.Value.(ast.String)
+		if !ok || key == "" || len(key) > wire.MaxQuotaKeyLen || !printableString(string(key)) {
+			return nil, false
+		}
+		q.Key = string(key)
+		n := 1
+		for _, f := range []struct {
+			name string
+			dst  *int64
+			min  int64
+			max  int64
+			opt  bool
+		}{
+			{"limit", &q.Limit, 0, math.MaxInt64, false},
+			{"window_s", &q.WindowS, 1, wire.MaxQuotaWindowS, false},
+			{"cost", &q.Cost, 1, math.MaxInt64, true},
+		} {
+			v := o.Get(keyTerm(f.name))
+			if v == nil {
+				if f.opt {
+					continue
+				}
+				return nil, false
+			}
+			num, ok := v.Value.(ast.Number)
+			if !ok {
+				return nil, false
+			}
+			x, ok := num.Int64()
+			if !ok || x < f.min || x > f.max {
+				return nil, false
+			}
+			*f.dst = x
+			n++
+		}
+		if n != o.Len() {
+			return nil, false // an unknown key
+		}
+		out = append(out, q)
+	}
+	return out, true
 }

@@ -533,8 +533,15 @@ func decisionFromAST(v ast.Value) (wire.Decision, bool) {
 	if !d.Allow && len(d.Reasons) == 0 {
 		return d, false
 	}
-	if obj.Get(keyTerm("fs_deny")) != nil || obj.Get(keyTerm("approval")) != nil || obj.Get(keyTerm("quotas")) != nil {
+	if obj.Get(keyTerm("fs_deny")) != nil || obj.Get(keyTerm("approval")) != nil {
 		return d, false // rare: the general parser validates them
+	}
+	if t := obj.Get(keyTerm("quotas")); t != nil {
+		qs, ok := astQuotas(t)
+		if !ok {
+			return d, false // the general parser reads it, or denies with a note
+		}
+		d.Quotas = qs
 	}
 	if t := obj.Get(keyTerm("rule_ids")); t != nil {
 		ids, ok := t.Value.(*ast.Array)

@@ -99,6 +99,15 @@ func TestDecisionFromASTAgreesWithParseDecision(t *testing.T) {
 		`{"allow": true, "exec": []}`,
 		`{"allow": true, "fs_grants": [{"path": "/srv/dots", "mode": "rw", "alias": "@dots", "allow_autorun": true}, {"path": "/srv/w", "mode": "rw", "allow_autorun": false}]}`,
 		`{"allow": true, "fs_grants": [{"path": "/srv/dots", "mode": "rw", "allow_autorun": "yes"}, {"path": "/srv/w", "mode": "r"}]}`,
+		`{"allow": true, "quotas": [{"key": "a/Exec", "limit": 10, "window_s": 60}, {"key": "a/*", "limit": 0, "window_s": 3600, "cost": 2}]}`,
+		`{"allow": true, "quotas": []}`,
+		`{"allow": true, "quotas": [{"key": "a", "limit": 1, "window_s": 1, "extra": 1}]}`,
+		`{"allow": true, "quotas": [{"key": "a", "limit": 1}]}`,
+		`{"allow": true, "quotas": [{"key": "", "limit": 1, "window_s": 1}]}`,
+		`{"allow": true, "quotas": [{"key": "a", "limit": 1.5, "window_s": 1}]}`,
+		`{"allow": true, "quotas": [{"key": "a", "limit": 1, "window_s": 1, "cost": 0}]}`,
+		`{"allow": true, "quotas": {"key": "a"}}`,
+		`{"allow": true, "approval": {"required": true}}`,
 	} {
 		v := ast.MustParseTerm(src).Value
 		x, err := ast.JSON(v)

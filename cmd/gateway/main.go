@@ -39,6 +39,9 @@ commands:
   evidence hold place --config FILE --since T [--until T] --reason R   place a legal hold
   evidence hold list --config FILE [--active] [--json]                 list legal holds
   evidence hold release ID --config FILE --reason R                    release a legal hold
+  approvals list [--status S] [--json]            parked calls (REST: --url or PORTCULLIS_URL,
+                                                  the key in PORTCULLIS_API_KEY)
+  approvals approve|reject ID [--reason R]        decide a parked call (role approver or admin)
 
 Configuration: --config FILE or PORTCULLIS_CONFIG; every key also as PORTCULLIS_<KEY>.
 `
@@ -76,6 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdBundle(args[1:], stdout)
 	case "evidence":
 		err = cmdEvidence(ctx, args[1:], stdout)
+	case "approvals":
+		err = cmdApprovals(ctx, args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -29,56 +29,83 @@ SET used = q.used + EXCLUDED.used, quota_limit = EXCLUDED.quota_limit, updated_a
 WHERE q.used + EXCLUDED.used <= EXCLUDED.quota_limit
 RETURNING used`
 
-// ConsumeQuotas draws on every quota in one transaction: all or none.
-// A single quota (the common case) is one statement, no transaction.
+// ConsumeQuotas draws on every quota, all or none, group-committed: the
+// draws that queue while one transaction commits go in the next (one
+// commit per batch, not per call; a hot counter row is locked once per
+// batch). Every statement is the conditional upsert above, so the limit
+// holds exactly across replicas whatever the batching.
 func (s *Store) ConsumeQuotas(ctx context.Context, qs []wire.Quota, now time.Time) ([]evidence.QuotaDraw, *evidence.QuotaExceeded, error) {
 	if s.ro != nil {
 		return nil, nil, errReadOnly
 	}
-	qs = evidence.SortQuotas(qs)
-	for _, q := range qs {
-		if q.Cost > q.Limit {
-			return nil, &evidence.QuotaExceeded{Quota: q, RetryAfter: evidence.RetryAfter(now, q.WindowS)}, nil
-		}
-	}
-	var (
-		draws    []evidence.QuotaDraw
-		exceeded *evidence.QuotaExceeded
-	)
-	run := func(ctx context.Context, db interface {
-		QueryRow(context.Context, string, ...any) pgx.Row
-	}) error {
-		for _, q := range qs {
-			d := evidence.QuotaDraw{Key: q.Key, WindowS: q.WindowS, WindowStart: evidence.WindowStart(now, q.WindowS), Cost: q.Cost}
-			var used int64
-			err := db.QueryRow(ctx, consumeSQL, d.Key, d.WindowS, d.WindowStart, d.Cost, q.Limit).Scan(&used)
-			if errors.Is(err, pgx.ErrNoRows) {
-				exceeded = &evidence.QuotaExceeded{Quota: q, RetryAfter: evidence.RetryAfter(now, q.WindowS)}
-				return errExceeded
-			}
-			if err != nil {
-				return err
-			}
-			draws = append(draws, d)
-		}
-		return nil
-	}
-	var err error
-	if len(qs) == 1 {
-		err = run(ctx, s.pool)
-	} else {
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return run(ctx, tx) })
-	}
-	switch {
-	case errors.Is(err, errExceeded):
-		return nil, exceeded, nil
-	case err != nil:
-		return nil, nil, fmt.Errorf("evidence/postgres: consume quotas: %w", classify(err))
-	}
-	return draws, nil, nil
+	return s.quotas.Consume(ctx, qs, now, s.commitQuotas)
 }
 
-var errExceeded = errors.New("quota exceeded")
+// commitQuotas applies a batch in one transaction: the single-quota
+// requests (the common case) pipelined in one round trip, each
+// multi-quota request under its own savepoint (all or none).
+func (s *Store) commitQuotas(ctx context.Context, batch []*evidence.QuotaRequest) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var single []*evidence.QuotaRequest
+		b := &pgx.Batch{}
+		for _, r := range batch {
+			if len(r.Quotas) == 1 {
+				q := r.Quotas[0]
+				single = append(single, r)
+				b.Queue(consumeSQL, q.Key, q.WindowS, evidence.WindowStart(r.Now, q.WindowS), q.Cost, q.Limit)
+			}
+		}
+		if len(single) > 0 {
+			res := tx.SendBatch(ctx, b)
+			for _, r := range single {
+				var used int64
+				err := res.QueryRow().Scan(&used)
+				if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+					_ = res.Close()
+					return err
+				}
+				r.Settle(err == nil)
+			}
+			if err := res.Close(); err != nil {
+				return err
+			}
+		}
+		for _, r := range batch {
+			if len(r.Quotas) > 1 {
+				if err := s.consumeAll(ctx, tx, r); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("evidence/postgres: consume quotas: %w", classify(err))
+	}
+	return nil
+}
+
+// consumeAll draws a multi-quota request under a savepoint: the first
+// quota that refuses rolls back the ones before it.
+func (s *Store) consumeAll(ctx context.Context, tx pgx.Tx, r *evidence.QuotaRequest) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	for i, q := range r.Quotas {
+		var used int64
+		err := sp.QueryRow(ctx, consumeSQL, q.Key, q.WindowS, evidence.WindowStart(r.Now, q.WindowS), q.Cost, q.Limit).Scan(&used)
+		if errors.Is(err, pgx.ErrNoRows) {
+			r.Refuse(i)
+			return sp.Rollback(ctx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	r.Settle(true)
+	return sp.Commit(ctx)
+}
 
 // RefundQuotas gives draws back, never below zero.
 func (s *Store) RefundQuotas(ctx context.Context, draws []evidence.QuotaDraw) error {

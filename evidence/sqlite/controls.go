@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -36,26 +35,6 @@ func approvalKindMigration() *goose.Migration {
 	)
 }
 
-// quotaBatch group-commits quota draws on the single writer connection:
-// the draws that queue while one transaction commits go in the next, each
-// under its own savepoint (all or none per call), so a busy gateway pays
-// one synchronous commit per batch, not per call, and every draw is
-// durable before its call runs.
-type quotaBatch struct {
-	mu      sync.Mutex
-	queue   []*quotaReq
-	running bool
-}
-
-type quotaReq struct {
-	qs       []wire.Quota
-	now      time.Time
-	draws    []evidence.QuotaDraw
-	exceeded *evidence.QuotaExceeded
-	err      error
-	done     chan struct{}
-}
-
 const consumeSQL = `INSERT INTO portcullis_quota_counters AS q (key, window_s, window_start, used, quota_limit)
 VALUES (?1, ?2, ?3, ?4, ?5)
 ON CONFLICT (key, window_s, window_start) DO UPDATE
@@ -63,83 +42,24 @@ SET used = q.used + excluded.used, quota_limit = excluded.quota_limit
 WHERE q.used + excluded.used <= excluded.quota_limit
 RETURNING used`
 
-// ConsumeQuotas draws on every quota, all or none, durably (group commit).
+// ConsumeQuotas draws on every quota, all or none, group-committed on
+// the single writer connection (evidence.QuotaBatch): each request under
+// its own savepoint, one synchronous commit per batch.
 func (s *Store) ConsumeQuotas(ctx context.Context, qs []wire.Quota, now time.Time) ([]evidence.QuotaDraw, *evidence.QuotaExceeded, error) {
 	if s.ro != nil {
 		return nil, nil, errReadOnly
 	}
-	qs = evidence.SortQuotas(qs)
-	for _, q := range qs {
-		if q.Cost > q.Limit {
-			return nil, &evidence.QuotaExceeded{Quota: q, RetryAfter: evidence.RetryAfter(now, q.WindowS)}, nil
-		}
-	}
-	r := &quotaReq{qs: qs, now: now, done: make(chan struct{})}
-	b := &s.quotas
-	b.mu.Lock()
-	b.queue = append(b.queue, r)
-	lead := !b.running
-	b.running = true
-	b.mu.Unlock()
-	if lead {
-		s.drainQuotas(ctx)
-	}
-	<-r.done
-	return r.draws, r.exceeded, r.err
+	return s.quotas.Consume(ctx, qs, now, s.commitQuotas)
 }
 
-// drainQuotas commits batches until the queue is empty.
-func (s *Store) drainQuotas(ctx context.Context) {
-	b := &s.quotas
-	for {
-		b.mu.Lock()
-		batch := b.queue
-		b.queue = nil
-		if len(batch) == 0 {
-			b.running = false
-			b.mu.Unlock()
-			return
-		}
-		b.mu.Unlock()
-		err := s.commitQuotas(context.WithoutCancel(ctx), batch)
-		for _, r := range batch {
-			if err != nil {
-				r.draws, r.exceeded, r.err = nil, nil, err
-			}
-			close(r.done)
-		}
-	}
-}
-
-func (s *Store) commitQuotas(ctx context.Context, batch []*quotaReq) error {
+func (s *Store) commitQuotas(ctx context.Context, batch []*evidence.QuotaRequest) error {
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
 	}
 	defer func() { _ = tx.Rollback() }()
 	for _, r := range batch {
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT quota"); err != nil {
-			return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
-		}
-		for _, q := range r.qs {
-			d := evidence.QuotaDraw{Key: q.Key, WindowS: q.WindowS, WindowStart: evidence.WindowStart(r.now, q.WindowS), Cost: q.Cost}
-			var used int64
-			err := tx.QueryRowContext(ctx, consumeSQL, d.Key, d.WindowS, d.WindowStart, d.Cost, q.Limit).Scan(&used)
-			if errors.Is(err, sql.ErrNoRows) {
-				r.exceeded = &evidence.QuotaExceeded{Quota: q, RetryAfter: evidence.RetryAfter(r.now, q.WindowS)}
-				r.draws = nil
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
-			}
-			r.draws = append(r.draws, d)
-		}
-		end := "RELEASE quota"
-		if r.exceeded != nil {
-			end = "ROLLBACK TO quota; RELEASE quota"
-		}
-		if _, err := tx.ExecContext(ctx, end); err != nil {
+		if err := consumeOne(ctx, tx, r); err != nil {
 			return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
 		}
 	}
@@ -147,6 +67,30 @@ func (s *Store) commitQuotas(ctx context.Context, batch []*quotaReq) error {
 		return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
 	}
 	return nil
+}
+
+// consumeOne draws one request under a savepoint: the first quota that
+// refuses rolls back the ones before it.
+func consumeOne(ctx context.Context, tx *sql.Tx, r *evidence.QuotaRequest) error {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT quota"); err != nil {
+		return err
+	}
+	end := "RELEASE quota"
+	r.Settle(true)
+	for i, q := range r.Quotas {
+		var used int64
+		err := tx.QueryRowContext(ctx, consumeSQL, q.Key, q.WindowS, evidence.WindowStart(r.Now, q.WindowS), q.Cost, q.Limit).Scan(&used)
+		if errors.Is(err, sql.ErrNoRows) {
+			r.Refuse(i)
+			end = "ROLLBACK TO quota; RELEASE quota"
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	_, err := tx.ExecContext(ctx, end)
+	return err
 }
 
 // RefundQuotas gives draws back, never below zero.

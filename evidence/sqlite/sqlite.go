@@ -47,7 +47,7 @@ type Store struct {
 	// lead is held by this Store's leader, so one Store never leads twice.
 	lead sync.Mutex
 	// quotas group-commits quota draws (controls.go).
-	quotas quotaBatch
+	quotas evidence.QuotaBatch
 }
 
 var _ evidence.Store = (*Store)(nil)

@@ -97,11 +97,21 @@ class DecisionResult:
 
 
 @dataclass
+class ApprovalRef:
+    id: str = ""
+    status: str = ""
+    expires_at: str = ""
+
+
+@dataclass
 class ToolCallResponse:
     receipt_id: Optional[str] = None
     call_id: Optional[str] = None
     decision: Optional[DecisionResult] = None
     output: ToolOutput = field(default_factory=ToolOutput)
+    # Set while the call is parked for a person's approval (HTTP 202
+    # approval_required) and on the final answer of a call that was.
+    approval: Optional[ApprovalRef] = None
 
 
 @dataclass
@@ -288,7 +298,7 @@ class ToolList:
 WIRE_TYPES: Dict[str, Any] = {
     c.__name__: c
     for c in (
-        Error, ErrorBody, ToolCallRequest, ToolOutput, DecisionResult, ToolCallResponse, FSGrant,
+        Error, ErrorBody, ToolCallRequest, ToolOutput, DecisionResult, ToolCallResponse, ApprovalRef, FSGrant,
         Network, EnvPolicy, Limits, ArgInsert, PathArg, ExecPlan, Decision, Scope, ReasonSource, DryRunResponse, NetworkStats,
         Outcome, ReceiptChain, Receipt, ReceiptList, FunctionSpec, FunctionTool, ToolList,
     )
