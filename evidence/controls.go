@@ -128,6 +128,69 @@ func (r *QuotaRequest) Refuse(i int) {
 	r.draws, r.exceeded = nil, &QuotaExceeded{Quota: q, RetryAfter: RetryAfter(r.Now, q.WindowS)}
 }
 
+// CounterKey names one counter row: a quota key's fixed window.
+type CounterKey struct {
+	Key         string
+	WindowS     int64
+	WindowStart int64 // unix seconds
+}
+
+// Counters are the counter rows a batch touches, in the order every
+// store locks them (by key, then window), so no two batches deadlock.
+func Counters(batch []*QuotaRequest) []CounterKey {
+	seen := map[CounterKey]bool{}
+	var out []CounterKey
+	for _, r := range batch {
+		for _, q := range r.Quotas {
+			k := CounterKey{q.Key, q.WindowS, WindowStart(r.Now, q.WindowS)}
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, k)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b CounterKey) int {
+		if c := strings.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		if a.WindowS != b.WindowS {
+			return int(a.WindowS - b.WindowS)
+		}
+		return int(a.WindowStart - b.WindowStart)
+	})
+	return out
+}
+
+// Decide settles every request of a batch in order against the counters'
+// used values (read under lock): a request is admitted when each of its
+// quotas fits its own limit (all or none), and what it draws counts for
+// the requests after it. It returns what to add to each counter and the
+// last limit seen for it.
+func Decide(batch []*QuotaRequest, used map[CounterKey]int64) (add map[CounterKey]int64, limit map[CounterKey]int64) {
+	add, limit = map[CounterKey]int64{}, map[CounterKey]int64{}
+	for _, r := range batch {
+		refused := -1
+		for i, q := range r.Quotas {
+			k := CounterKey{q.Key, q.WindowS, WindowStart(r.Now, q.WindowS)}
+			if used[k]+add[k]+q.Cost > q.Limit {
+				refused = i
+				break
+			}
+		}
+		if refused >= 0 {
+			r.Refuse(refused)
+			continue
+		}
+		for _, q := range r.Quotas {
+			k := CounterKey{q.Key, q.WindowS, WindowStart(r.Now, q.WindowS)}
+			add[k] += q.Cost
+			limit[k] = q.Limit
+		}
+		r.Settle(true)
+	}
+	return add, limit
+}
+
 // QuotaBatch group-commits quota draws for a store: the requests that
 // queue while one batch commits go in the next, so a busy gateway pays
 // one commit per batch, not per call, and a hot counter row is taken once

@@ -326,7 +326,9 @@ func (s *Server) finalAnswer(ctx context.Context, pc evidence.ParkedCall) (int, 
 			return a.Status, a.Response, true
 		}
 	}
-	return http.StatusAccepted, pendingAnswer(pc), false
+	resp := pendingAnswer(pc)
+	resp.Approval.Status = pc.Status // approved: running now
+	return http.StatusAccepted, resp, false
 }
 
 // awaitFinal waits up to wait for the parked call of receipt to end,

@@ -17,23 +17,11 @@ import (
 
 var _ evidence.ControlStore = (*Store)(nil)
 
-// consumeSQL draws cost from one counter: one statement, atomic across
-// replicas. A conflicting row is locked and re-checked on its latest
-// version (READ COMMITTED's rule for ON CONFLICT DO UPDATE), so two
-// replicas racing for the last unit cannot both take it; no row returned
-// means the quota would be exceeded and nothing changed.
-const consumeSQL = `INSERT INTO portcullis_quota_counters AS q (key, window_s, window_start, used, quota_limit)
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (key, window_s, window_start) DO UPDATE
-SET used = q.used + EXCLUDED.used, quota_limit = EXCLUDED.quota_limit, updated_at = now()
-WHERE q.used + EXCLUDED.used <= EXCLUDED.quota_limit
-RETURNING used`
-
 // ConsumeQuotas draws on every quota, all or none, group-committed: the
 // draws that queue while one transaction commits go in the next (one
 // commit per batch, not per call; a hot counter row is locked once per
-// batch). Every statement is the conditional upsert above, so the limit
-// holds exactly across replicas whatever the batching.
+// batch; see commitQuotas for why the limit holds exactly across
+// replicas).
 func (s *Store) ConsumeQuotas(ctx context.Context, qs []wire.Quota, now time.Time) ([]evidence.QuotaDraw, *evidence.QuotaExceeded, error) {
 	if s.ro != nil {
 		return nil, nil, errReadOnly
@@ -41,70 +29,57 @@ func (s *Store) ConsumeQuotas(ctx context.Context, qs []wire.Quota, now time.Tim
 	return s.quotas.Consume(ctx, qs, now, s.commitQuotas)
 }
 
-// commitQuotas applies a batch in one transaction: the single-quota
-// requests (the common case) pipelined in one round trip, each
-// multi-quota request under its own savepoint (all or none).
+// commitQuotas applies a batch in one transaction: every counter row it
+// touches is created if missing and locked (SELECT ... FOR UPDATE, in key
+// order, pipelined in one round trip), the requests are settled in order
+// against the locked values (evidence.Decide), and each row gets one
+// UPDATE. The row locks make the check and the increments one step, so
+// the limit holds exactly across replicas; a hot counter costs three
+// statements per batch, not per call.
 func (s *Store) commitQuotas(ctx context.Context, batch []*evidence.QuotaRequest) error {
+	keys := evidence.Counters(batch)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var single []*evidence.QuotaRequest
-		b := &pgx.Batch{}
-		for _, r := range batch {
-			if len(r.Quotas) == 1 {
-				q := r.Quotas[0]
-				single = append(single, r)
-				b.Queue(consumeSQL, q.Key, q.WindowS, evidence.WindowStart(r.Now, q.WindowS), q.Cost, q.Limit)
-			}
+		lock := &pgx.Batch{}
+		for _, k := range keys {
+			lock.Queue(`INSERT INTO portcullis_quota_counters (key, window_s, window_start, used, quota_limit)
+				VALUES ($1, $2, $3, 0, 0) ON CONFLICT (key, window_s, window_start) DO NOTHING`, k.Key, k.WindowS, k.WindowStart)
+			lock.Queue(`SELECT used FROM portcullis_quota_counters WHERE key = $1 AND window_s = $2 AND window_start = $3 FOR UPDATE`,
+				k.Key, k.WindowS, k.WindowStart)
 		}
-		if len(single) > 0 {
-			res := tx.SendBatch(ctx, b)
-			for _, r := range single {
-				var used int64
-				err := res.QueryRow().Scan(&used)
-				if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-					_ = res.Close()
-					return err
-				}
-				r.Settle(err == nil)
-			}
-			if err := res.Close(); err != nil {
+		res := tx.SendBatch(ctx, lock)
+		used := make(map[evidence.CounterKey]int64, len(keys))
+		for _, k := range keys {
+			if _, err := res.Exec(); err != nil {
+				_ = res.Close()
 				return err
 			}
+			var u int64
+			if err := res.QueryRow().Scan(&u); err != nil {
+				_ = res.Close()
+				return err
+			}
+			used[k] = u
 		}
-		for _, r := range batch {
-			if len(r.Quotas) > 1 {
-				if err := s.consumeAll(ctx, tx, r); err != nil {
-					return err
-				}
+		if err := res.Close(); err != nil {
+			return err
+		}
+		add, limit := evidence.Decide(batch, used)
+		upd := &pgx.Batch{}
+		for _, k := range keys {
+			if add[k] > 0 {
+				upd.Queue(`UPDATE portcullis_quota_counters SET used = used + $4, quota_limit = $5, updated_at = now()
+					WHERE key = $1 AND window_s = $2 AND window_start = $3`, k.Key, k.WindowS, k.WindowStart, add[k], limit[k])
 			}
 		}
-		return nil
+		if upd.Len() == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, upd).Close()
 	})
 	if err != nil {
 		return fmt.Errorf("evidence/postgres: consume quotas: %w", classify(err))
 	}
 	return nil
-}
-
-// consumeAll draws a multi-quota request under a savepoint: the first
-// quota that refuses rolls back the ones before it.
-func (s *Store) consumeAll(ctx context.Context, tx pgx.Tx, r *evidence.QuotaRequest) error {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	for i, q := range r.Quotas {
-		var used int64
-		err := sp.QueryRow(ctx, consumeSQL, q.Key, q.WindowS, evidence.WindowStart(r.Now, q.WindowS), q.Cost, q.Limit).Scan(&used)
-		if errors.Is(err, pgx.ErrNoRows) {
-			r.Refuse(i)
-			return sp.Rollback(ctx)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	r.Settle(true)
-	return sp.Commit(ctx)
 }
 
 // RefundQuotas gives draws back, never below zero.

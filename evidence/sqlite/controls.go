@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -35,16 +34,9 @@ func approvalKindMigration() *goose.Migration {
 	)
 }
 
-const consumeSQL = `INSERT INTO portcullis_quota_counters AS q (key, window_s, window_start, used, quota_limit)
-VALUES (?1, ?2, ?3, ?4, ?5)
-ON CONFLICT (key, window_s, window_start) DO UPDATE
-SET used = q.used + excluded.used, quota_limit = excluded.quota_limit
-WHERE q.used + excluded.used <= excluded.quota_limit
-RETURNING used`
-
 // ConsumeQuotas draws on every quota, all or none, group-committed on
-// the single writer connection (evidence.QuotaBatch): each request under
-// its own savepoint, one synchronous commit per batch.
+// the single writer connection (evidence.QuotaBatch): one synchronous
+// commit per batch.
 func (s *Store) ConsumeQuotas(ctx context.Context, qs []wire.Quota, now time.Time) ([]evidence.QuotaDraw, *evidence.QuotaExceeded, error) {
 	if s.ro != nil {
 		return nil, nil, errReadOnly
@@ -52,14 +44,35 @@ func (s *Store) ConsumeQuotas(ctx context.Context, qs []wire.Quota, now time.Tim
 	return s.quotas.Consume(ctx, qs, now, s.commitQuotas)
 }
 
+// commitQuotas settles a batch in one IMMEDIATE transaction (the write
+// lock is held from BEGIN): each counter is created if missing and read,
+// the requests are settled in order (evidence.Decide), and each counter
+// gets one UPDATE.
 func (s *Store) commitQuotas(ctx context.Context, batch []*evidence.QuotaRequest) error {
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	for _, r := range batch {
-		if err := consumeOne(ctx, tx, r); err != nil {
+	keys := evidence.Counters(batch)
+	used := make(map[evidence.CounterKey]int64, len(keys))
+	for _, k := range keys {
+		var u int64
+		err := tx.QueryRowContext(ctx, `INSERT INTO portcullis_quota_counters (key, window_s, window_start, used, quota_limit)
+			VALUES (?1, ?2, ?3, 0, 0) ON CONFLICT (key, window_s, window_start) DO UPDATE SET used = used RETURNING used`,
+			k.Key, k.WindowS, k.WindowStart).Scan(&u)
+		if err != nil {
+			return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
+		}
+		used[k] = u
+	}
+	add, limit := evidence.Decide(batch, used)
+	for _, k := range keys {
+		if add[k] == 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE portcullis_quota_counters SET used = used + ?4, quota_limit = ?5
+			WHERE key = ?1 AND window_s = ?2 AND window_start = ?3`, k.Key, k.WindowS, k.WindowStart, add[k], limit[k]); err != nil {
 			return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
 		}
 	}
@@ -67,30 +80,6 @@ func (s *Store) commitQuotas(ctx context.Context, batch []*evidence.QuotaRequest
 		return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
 	}
 	return nil
-}
-
-// consumeOne draws one request under a savepoint: the first quota that
-// refuses rolls back the ones before it.
-func consumeOne(ctx context.Context, tx *sql.Tx, r *evidence.QuotaRequest) error {
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT quota"); err != nil {
-		return err
-	}
-	end := "RELEASE quota"
-	r.Settle(true)
-	for i, q := range r.Quotas {
-		var used int64
-		err := tx.QueryRowContext(ctx, consumeSQL, q.Key, q.WindowS, evidence.WindowStart(r.Now, q.WindowS), q.Cost, q.Limit).Scan(&used)
-		if errors.Is(err, sql.ErrNoRows) {
-			r.Refuse(i)
-			end = "ROLLBACK TO quota; RELEASE quota"
-			break
-		}
-		if err != nil {
-			return err
-		}
-	}
-	_, err := tx.ExecContext(ctx, end)
-	return err
 }
 
 // RefundQuotas gives draws back, never below zero.
