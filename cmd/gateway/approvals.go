@@ -22,7 +22,7 @@ const approvalsUsage = `usage:
   gateway approvals approve ID [--reason R] [--url URL]
   gateway approvals reject ID [--reason R] [--url URL]
 The gateway's URL: --url or PORTCULLIS_URL (default http://127.0.0.1:8080).
-The key of an approver (role approver or admin): PORTCULLIS_API_KEY, never a flag.`
+The key of an approver (role approver or admin): PORTCULLIS_API_KEY, never a flag`
 
 // cmdApprovals is `gateway approvals list|approve|reject`: a client of the
 // REST API (approving runs the parked call, which only a serving gateway
