@@ -110,6 +110,24 @@ export interface Decision {
   fs_deny?: string[];
   rule_ids?: string[];
   exec?: ExecPlan;
+  /** Set when a person must approve the call first (docs/approvals.md). */
+  approval?: ApprovalRequirement;
+  /** The counters the call draws on (docs/approvals.md#quotas). */
+  quotas?: Quota[];
+}
+
+export interface ApprovalRequirement {
+  required: boolean;
+  reason: string;
+  approvers: string[];
+  ttl_s: number;
+}
+
+export interface Quota {
+  key: string;
+  limit: number;
+  window_s: number;
+  cost?: number;
 }
 
 export interface Scope {

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import type { AddressInfo } from "node:net";
 
 import { ApprovalPendingError, Client, PortcullisError, runToolLoop, type ChatCompletionLike, type ChatMessage } from "../src/index.js";
-import type { ToolOutput } from "../src/types.js";
+import type { ToolCallResponse, ToolOutput } from "../src/types.js";
 import { startGateway, type Gateway } from "./gateway.js";
 
 describe("against the gateway", () => {
@@ -53,7 +53,7 @@ describe("against the gateway", () => {
         body: JSON.stringify({ decision: "approve", reason: "ts" }),
       });
     }, 500);
-    const final = await parked.waitForApproval<{ stdout: string }>(resp, { timeoutMs: 30_000 });
+    const final = (await parked.waitForApproval(resp, { timeoutMs: 30_000 })) as ToolCallResponse<{ stdout: string }>;
     assert.equal(final.output.success, true);
     assert.equal(final.receipt_id, resp.receipt_id);
     assert.equal(final.output.data?.stdout, "approved\n");
