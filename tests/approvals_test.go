@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -438,5 +439,63 @@ func checkRateLimited(t *testing.T, g *gateway, r response) {
 	rc, ok := g.getReceipt(t, res.ReceiptID)
 	if !ok || rc.errorCode() != "rate_limited" || rc.Decision != "deny" {
 		t.Errorf("rate-limited receipt = %+v (found %v); want deny / rate_limited", rc, ok)
+	}
+}
+
+// TestApprovalsCLIAndMCP: `gateway approvals list|approve|reject` decide
+// parked calls through the REST API with the key from PORTCULLIS_API_KEY;
+// MCP tools/call of a parked call waits approvals.mcp_wait, then answers
+// an isError result naming the approval, and the call stays parked.
+func TestApprovalsCLIAndMCP(t *testing.T) {
+	t.Parallel()
+	d := newDeployment(t, storeSQLite)
+	appendConfig(t, d, "approvals:\n  mcp_wait: 1s\n")
+	requireApproval(t, d, 300, agentFull)
+	g := d.start(t)
+	cli := func(key string, args ...string) (string, error) {
+		cmd := exec.Command(gatewayBin, append([]string{"approvals"}, args...)...)
+		cmd.Env = append(gatewayEnv(), "PORTCULLIS_URL="+g.baseURL, "PORTCULLIS_API_KEY="+key)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	okFile, noFile := filepath.Join(d.scratch, "cli-ok"), filepath.Join(d.scratch, "cli-no")
+	_, a1 := park(t, g, d.keys[agentFull], touchCall(okFile))
+	_, a2 := park(t, g, d.keys[agentFull], touchCall(noFile))
+	out, err := cli(d.keys[approver1], "list")
+	if err != nil || !strings.Contains(out, a1.Approval.ID) || !strings.Contains(out, a2.Approval.ID) {
+		t.Fatalf("approvals list = %v\n%s", err, out)
+	}
+	if out, err := cli(d.keys[agentFull], "approve", a1.Approval.ID, "--reason", "mine"); err == nil || !strings.Contains(out, "forbidden") {
+		t.Errorf("the agent approving by CLI = %v\n%s; want forbidden", err, out)
+	}
+	if out, err := cli(d.keys[approver1], "approve", a1.Approval.ID, "--reason", "cli ok"); err != nil || !strings.Contains(out, "approved by "+approver1) {
+		t.Fatalf("approvals approve = %v\n%s", err, out)
+	}
+	if out, err := cli(d.keys[approver2], "reject", a2.Approval.ID, "--reason", "cli no"); err != nil || !strings.Contains(out, "rejected by "+approver2) {
+		t.Fatalf("approvals reject = %v\n%s", err, out)
+	}
+	if ranCount(t, okFile) != 1 || ranCount(t, noFile) != 0 {
+		t.Errorf("ran %d approved and %d rejected; want 1 and 0", ranCount(t, okFile), ranCount(t, noFile))
+	}
+
+	sid := mcpSession(t, g, d.keys[agentFull])
+	st, _, body := mcpPost(t, g, d.keys[agentFull], sid,
+		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"Exec","arguments":{"argv":["/usr/bin/true"]}}}`, nil)
+	var res mcpToolResult
+	if err := json.Unmarshal([]byte(body), &res); st != http.StatusOK || err != nil || !res.Result.IsError {
+		t.Fatalf("MCP tools/call of a parked call = %d %s; want an isError result", st, body)
+	}
+	text := ""
+	for _, c := range res.Result.Content {
+		text += c.Text
+	}
+	pending := pendingApprovals(t, g, d.keys[approver1])
+	if len(pending) != 1 {
+		t.Fatalf("%d pending approvals after the MCP call, want 1", len(pending))
+	}
+	for id := range pending {
+		if !strings.Contains(text, "approval_required") || !strings.Contains(text, id) {
+			t.Errorf("MCP result %q does not name approval_required and the approval %s", text, id)
+		}
 	}
 }
