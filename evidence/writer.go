@@ -270,7 +270,7 @@ func (w *Writer) prepare(e Event) (Event, error) {
 // giving it an id (and receipt id) where it has none.
 func checkKind(e *Event) error {
 	switch e.Kind {
-	case KindDecision, KindOutcome, KindPolicyActivated, KindShadowDiff, KindCheckpoint, KindRetention, KindLegalHold, KindLegalHoldRelease:
+	case KindDecision, KindOutcome, KindPolicyActivated, KindShadowDiff, KindCheckpoint, KindRetention, KindLegalHold, KindLegalHoldRelease, KindApproval:
 		if e.ID == uuid.Nil {
 			id, err := uuid.NewV7()
 			if err != nil {

@@ -61,7 +61,7 @@ type answerTail struct {
 // appendAnswer appends resp as json.Marshal would encode it.
 func appendAnswer(dst []byte, resp wire.ToolCallResponse) ([]byte, error) {
 	raw, ok := resp.Output.Data.(wire.CompactJSON)
-	if !ok || raw == nil {
+	if !ok || raw == nil || resp.Approval != nil {
 		b, err := json.Marshal(resp)
 		return append(dst, b...), err
 	}

@@ -44,6 +44,10 @@ var codeTable = map[wire.Code]answer{
 	wire.CodeTimeout:             {status: http.StatusGatewayTimeout},
 	wire.CodeToolError:           {status: http.StatusOK},
 	wire.CodeToolChanged:         {status: http.StatusConflict},
+	wire.CodeApprovalRequired:    {status: http.StatusAccepted},
+	wire.CodeApprovalRejected:    {status: http.StatusForbidden},
+	wire.CodeApprovalExpired:     {status: http.StatusGone},
+	wire.CodeRateLimited:         {status: http.StatusTooManyRequests},
 	wire.CodeEvidenceUnavailable: {status: http.StatusServiceUnavailable},
 	wire.CodeSandboxUnavailable:  {status: http.StatusServiceUnavailable},
 	wire.CodeBackendUnavailable:  {status: http.StatusServiceUnavailable},
@@ -94,6 +98,10 @@ func toWireError(err error) *wire.Error {
 		return wire.Errorf(wire.CodePreconditionFailed, "the legal hold is already released; place a new hold to hold the evidence again")
 	case errors.Is(err, evidence.ErrUnavailable):
 		return wire.Wrap(wire.CodeEvidenceUnavailable, "evidence", err, "the evidence store is unavailable; nothing was run; retry later")
+	case errors.Is(err, evidence.ErrApprovalNotFound):
+		return wire.Errorf(wire.CodeNotFound, "no such approval")
+	case errors.Is(err, evidence.ErrApprovalSettled):
+		return wire.Errorf(wire.CodePreconditionFailed, "the approval is already settled (approved, rejected or expired); a parked call is decided once")
 	case errors.Is(err, evidence.ErrNotFound):
 		return wire.Errorf(wire.CodeNotFound, "no such receipt")
 	case errors.Is(err, evidence.ErrBadFilter):

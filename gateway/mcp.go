@@ -332,6 +332,7 @@ func (s *Server) mcpToolsCall(ctx context.Context, p wire.Principal, sess *mcpSe
 		return nil, rpcErrorOf(rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params.arguments", "tools/call arguments are not JSON"))
 	}
 	status, resp := s.governedCall(ctx, in)
+	status, resp = s.AwaitApproval(ctx, status, resp, nil) // a parked call: wait up to approvals.mcp_wait (approvals.go)
 	meta := map[string]any{"portcullis/status": status}
 	if resp.ReceiptID != "" {
 		meta["portcullis/receipt_id"] = resp.ReceiptID

@@ -90,6 +90,9 @@ func TestOpenAPISchemasMatchWire(t *testing.T) {
 		"StatsBucket": wire.StatsBucket{}, "EvidenceStats": wire.EvidenceStats{},
 		"HoldRequest": wire.HoldRequest{}, "HoldReleaseRequest": wire.HoldReleaseRequest{}, "Hold": wire.Hold{}, "HoldList": wire.HoldList{},
 		"ExecPlan": wire.ExecPlan{}, "ArgInsert": wire.ArgInsert{}, "PathArg": wire.PathArg{},
+		"ApprovalRequirement": wire.ApprovalRequirement{}, "Quota": wire.Quota{}, "ApprovalRef": wire.ApprovalRef{},
+		"Approval": wire.Approval{}, "ApprovalList": wire.ApprovalList{}, "ApprovalDecision": wire.ApprovalDecision{},
+		"ApprovalResult": wire.ApprovalResult{}, "QuotaUsage": wire.QuotaUsage{}, "QuotaList": wire.QuotaList{},
 	}
 	for name := range doc.Components.Schemas {
 		if _, ok := types[name]; !ok {

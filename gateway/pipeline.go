@@ -43,6 +43,7 @@ const maxDepth = 4
 // toolCall is POST /v1/tool-calls: the whole governed pipeline.
 func (s *Server) toolCall(c echo.Context) error {
 	status, resp := s.governedCall(c.Request().Context(), s.readCall(c))
+	setRetryAfter(c, resp)
 	return writeAnswer(c, status, resp)
 }
 
@@ -75,7 +76,15 @@ func (s *Server) governedCall(ctx context.Context, in callRequest) (int, wire.To
 	}
 	rec.args = a.call.Args()
 	rec.scope = &a.scope
+	if a.decision.Approval != nil { // a person decides first (approvals.go)
+		return s.park(ctx, rec, a)
+	}
+	draws, refused := s.drawQuotas(ctx, rec, a) // quota.go
+	if refused != nil {
+		return s.refuse(ctx, rec, wire.DecisionDeny, refused)
+	}
 	if status, resp, ok := s.recordDecision(ctx, rec, tool, a.call); !ok {
+		s.refundQuotas(ctx, draws)
 		return status, resp
 	}
 	res := s.dispatch(ctx, rec, a)

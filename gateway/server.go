@@ -116,6 +116,12 @@ type Options struct {
 	// Upstreams, when set, serves the governed MCP servers' tools beside
 	// the built-ins (catalogue.go, upstreams.go).
 	Upstreams Upstreams
+	// Controls keeps quota counters and parked calls (contract sections 9
+	// and 10), shared by replicas; nil refuses every call whose decision
+	// carries quotas or an approval (fail closed).
+	Controls evidence.ControlStore
+	// Approvals configures how parked calls wait and notify.
+	Approvals ApprovalOptions
 }
 
 // Server is the gateway's HTTP API.
@@ -215,6 +221,7 @@ func New(opts Options) *Server {
 	s.holdRoutes(e)
 	s.mcpRoutes(e)
 	s.upstreamRoutes(e)
+	s.approvalRoutes(e)
 	// The evidence explorer's static page (gateway/ui, docs/explorer.md);
 	// its data comes from the auditor routes above.
 	explorer := echo.WrapHandler(ui.New())
@@ -416,6 +423,9 @@ func (s *Server) openapi(c echo.Context) error {
 func (s *Server) Run(ctx context.Context) {
 	if s.opts.Results != nil {
 		go s.opts.Results.Run(ctx)
+	}
+	if s.opts.Controls != nil {
+		go s.sweepApprovals(ctx)
 	}
 	s.late.Run(ctx)
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io/fs"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -110,4 +112,63 @@ func BenchmarkDecideTrivialPolicy(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkDecideQuota is BenchmarkDecide with config.quotas naming Exec
+// (quotas.rego adds a quota to every call): the policy side of what
+// quotas cost (docs/performance.md#quotas).
+func BenchmarkDecideQuota(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		quotas string
+	}{{"none", ""}, {"exec", `[{"tool": "Exec", "limit": 1000000, "window_s": 3600}]`}} {
+		b.Run(tc.name, func(b *testing.B) {
+			e := loaded(b, withQuotas(b, tc.quotas))
+			in := execInput("/usr/bin/git", "log", "--oneline", "-n", "5")
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				d, err := e.Decide(ctx, in)
+				if err != nil || !d.Allow || (tc.quotas != "") != (len(d.Quotas) == 1) {
+					b.Fatalf("Decide = %+v, %v", d, err)
+				}
+			}
+		})
+	}
+}
+
+// withQuotas is the shipped bundle with config.quotas set (raw JSON; ""
+// leaves it unset).
+func withQuotas(b *testing.B, quotas string) fs.FS {
+	b.Helper()
+	m := fstest.MapFS{}
+	err := fs.WalkDir(Shipped(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(Shipped(), p)
+		if err != nil {
+			return err
+		}
+		if p == "data.json" && quotas != "" {
+			var v map[string]any
+			if err := json.Unmarshal(data, &v); err != nil {
+				return err
+			}
+			var q any
+			if err := json.Unmarshal([]byte(quotas), &q); err != nil {
+				return err
+			}
+			v["portcullis"].(map[string]any)["config"].(map[string]any)["quotas"] = q
+			if data, err = json.Marshal(v); err != nil {
+				return err
+			}
+		}
+		m[p] = &fstest.MapFile{Data: data}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
 }

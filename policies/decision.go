@@ -83,6 +83,18 @@ func parseDecision(v any) wire.Decision {
 			d.Exec = plan
 		}
 	}
+	if a, err := parseApproval(obj["approval"]); err != nil {
+		d.Allow = false
+		notes = append(notes, fmt.Sprintf("policy approval is malformed (%v): call denied", err))
+	} else {
+		d.Approval = a
+	}
+	if q, err := parseQuotas(obj["quotas"]); err != nil {
+		d.Allow = false
+		notes = append(notes, fmt.Sprintf("policy quotas is malformed (%v): call denied", err))
+	} else {
+		d.Quotas = q
+	}
 	d.Network, notes = parseNetwork(obj["network"], notes)
 	d.Env, notes = parseEnv(obj["env"], notes)
 	d.Limits, notes = parseLimits(obj["limits"], notes)
@@ -536,8 +548,15 @@ func decisionFromAST(v ast.Value) (wire.Decision, bool) {
 	if !d.Allow && len(d.Reasons) == 0 {
 		return d, false
 	}
-	if obj.Get(keyTerm("fs_deny")) != nil {
-		return d, false // rare: the general parser validates it
+	if obj.Get(keyTerm("fs_deny")) != nil || obj.Get(keyTerm("approval")) != nil {
+		return d, false // rare: the general parser validates them
+	}
+	if t := obj.Get(keyTerm("quotas")); t != nil {
+		qs, ok := astQuotas(t)
+		if !ok {
+			return d, false // the general parser reads it, or denies with a note
+		}
+		d.Quotas = qs
 	}
 	if t := obj.Get(keyTerm("rule_ids")); t != nil {
 		ids, ok := t.Value.(*ast.Array)

@@ -104,6 +104,15 @@ func TestDecisionFromASTAgreesWithParseDecision(t *testing.T) {
 		`{"allow": true, "fs_grants": [{"alias": "@state", "mode": "rw", "path": "/srv/elsewhere"}, {"path": "/srv/w", "mode": "r"}]}`,
 		`{"allow": true, "fs_grants": [{"alias": "@state", "mode": "rw", "path": 7}]}`,
 		`{"allow": true, "fs_grants": [{"alias": "@other", "mode": "rw"}]}`,
+		`{"allow": true, "quotas": [{"key": "a/Exec", "limit": 10, "window_s": 60}, {"key": "a/*", "limit": 0, "window_s": 3600, "cost": 2}]}`,
+		`{"allow": true, "quotas": []}`,
+		`{"allow": true, "quotas": [{"key": "a", "limit": 1, "window_s": 1, "extra": 1}]}`,
+		`{"allow": true, "quotas": [{"key": "a", "limit": 1}]}`,
+		`{"allow": true, "quotas": [{"key": "", "limit": 1, "window_s": 1}]}`,
+		`{"allow": true, "quotas": [{"key": "a", "limit": 1.5, "window_s": 1}]}`,
+		`{"allow": true, "quotas": [{"key": "a", "limit": 1, "window_s": 1, "cost": 0}]}`,
+		`{"allow": true, "quotas": {"key": "a"}}`,
+		`{"allow": true, "approval": {"required": true}}`,
 	} {
 		v := ast.MustParseTerm(src).Value
 		x, err := ast.JSON(v)

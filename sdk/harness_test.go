@@ -92,12 +92,18 @@ func startGateway(t *testing.T) *gw {
 			"fs_grants": []map[string]string{{"path": "/usr", "mode": "r"}, {"path": g.scratch, "mode": "rw"}},
 		},
 		"agent-noexec": map[string]any{"tools": []string{}},
+		// Its calls wait for a person (approvals_test.go).
+		"agent-parked": map[string]any{
+			"tools":     []string{"Exec"},
+			"fs_grants": []map[string]string{{"path": "/usr", "mode": "r"}},
+			"approval":  map[string]any{"required": true, "reason": "sdk test", "ttl_s": 300},
+		},
 	}}})
 	write("bundle/data.json", data)
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "listen: \"127.0.0.1:0\"\ndata_dir: %q\npolicy:\n  bundle: %q\nsandbox:\n  backend: process\nprincipals:\n",
 		filepath.Join(root, "data"), bundle)
-	for id, role := range map[string]string{"agent": "agent", "agent-noexec": "agent", "auditor": "auditor"} {
+	for id, role := range map[string]string{"agent": "agent", "agent-noexec": "agent", "auditor": "auditor", "agent-parked": "agent", "approver": "approver"} {
 		key := "pk_" + randHex(t, 24)
 		g.keys[id] = key
 		sum := sha256.Sum256([]byte(key))

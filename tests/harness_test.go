@@ -130,6 +130,11 @@ const (
 	agentNarrow = "agent-narrow"
 	auditor     = "auditor-1"
 	admin       = "admin-1"
+	approver1   = "approver-1"
+	approver2   = "approver-2"
+	// agentApprover holds both roles: it may approve others' calls,
+	// never its own.
+	agentApprover = "agent-approver"
 )
 
 // deployment is one gateway configuration on disk: config file, policy
@@ -242,6 +247,9 @@ func newDeploymentWith(t *testing.T, st store, backend string) *deployment {
 		{agentNarrow, []string{"agent"}},
 		{auditor, []string{"auditor"}},
 		{admin, []string{"admin"}},
+		{approver1, []string{"approver"}},
+		{approver2, []string{"approver"}},
+		{agentApprover, []string{"agent", "approver"}},
 	}
 	var cfg strings.Builder
 	q := strconv.Quote

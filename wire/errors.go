@@ -30,6 +30,10 @@ const (
 	// CodeToolChanged: an upstream tool's definition is not the pinned one
 	// (changed, or new), so it is quarantined until an admin approves it.
 	CodeToolChanged         Code = "tool_changed"
+	CodeApprovalRequired    Code = "approval_required"
+	CodeApprovalRejected    Code = "approval_rejected"
+	CodeApprovalExpired     Code = "approval_expired"
+	CodeRateLimited         Code = "rate_limited"
 	CodeEvidenceUnavailable Code = "evidence_unavailable"
 	CodeSandboxUnavailable  Code = "sandbox_unavailable"
 	CodeBackendUnavailable  Code = "backend_unavailable"
@@ -42,7 +46,8 @@ var Codes = []Code{
 	CodeUnauthenticated, CodeForbidden, CodeInvalidInput, CodeUnknownTool,
 	CodePermissionDenied, CodeFSDenied, CodeNetworkDenied, CodeSandboxViolation,
 	CodeNotFound, CodePreconditionFailed, CodeInvalidFrontmatter, CodeReadLimit, CodeWriteLimit,
-	CodeTooLarge, CodeTimeout, CodeToolError, CodeToolChanged, CodeEvidenceUnavailable, CodeSandboxUnavailable,
+	CodeTooLarge, CodeTimeout, CodeToolError, CodeToolChanged, CodeApprovalRequired, CodeApprovalRejected,
+	CodeApprovalExpired, CodeRateLimited, CodeEvidenceUnavailable, CodeSandboxUnavailable,
 	CodeBackendUnavailable, CodeInternal,
 }
 

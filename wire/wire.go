@@ -24,6 +24,9 @@ type ToolCallResponse struct {
 	CallID    string          `json:"call_id,omitempty"`
 	Decision  *DecisionResult `json:"decision"`
 	Output    ToolOutput      `json:"output"`
+	// Approval is set while a call is parked for a person's approval and
+	// on the final answer of a call that was (contract section 9).
+	Approval *ApprovalRef `json:"approval,omitempty"`
 }
 
 // DecisionResult is the part of a decision an agent sees in a tool-call answer.
@@ -131,6 +134,8 @@ const (
 	RoleAgent   = "agent"
 	RoleAuditor = "auditor"
 	RoleAdmin   = "admin"
+	// RoleApprover may decide parked calls (contract section 9).
+	RoleApprover = "approver"
 )
 
 // Purposes of a policy evaluation.
@@ -177,6 +182,12 @@ type Decision struct {
 	// allowed it. Stable identifiers chosen by the policy author (see
 	// ValidRuleID); absent when the policy names none.
 	RuleIDs []string `json:"rule_ids,omitempty"`
+	// Approval, when Required, parks an allowed call until a person
+	// approves it (contract section 9; approval.go).
+	Approval *ApprovalRequirement `json:"approval,omitempty"`
+	// Quotas are the counters an allowed call draws on before it runs
+	// (contract section 10; quota.go).
+	Quotas []Quota `json:"quotas,omitempty"`
 }
 
 // ExecPlan is the Exec part of a decision, and of the enforced scope. The

@@ -88,7 +88,7 @@ reported with the nearest known name.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.AddCommand(
 		serveCmd(), migrateCmd(), doctorCmd(), keysCmd(),
-		policyCmd(), bundleCmd(), evidenceCmd(), upstreamCmd(), versionCmd(),
+		policyCmd(), bundleCmd(), evidenceCmd(), upstreamCmd(), approvalsCmd(), versionCmd(),
 	)
 	root.CompletionOptions.DisableDefaultCmd = true
 	return root

@@ -207,6 +207,10 @@ func newServer(ctx context.Context, cfg config.Config, st *stack, ev *evidenceSe
 	if ups != nil {
 		opts.Upstreams = ups
 	}
+	if cs, ok := st.store.(evidence.ControlStore); ok {
+		opts.Controls = cs
+	}
+	opts.Approvals = gateway.ApprovalOptions{MCPWait: cfg.Approvals.MCPWait.Std(), WebhookURL: cfg.Approvals.WebhookURL}
 	ident.wire(&opts)
 	return gateway.New(opts), ident, nil
 }

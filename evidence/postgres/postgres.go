@@ -49,6 +49,9 @@ type Store struct {
 	ro  *readOnly
 	log *slog.Logger
 
+	// quotas group-commits quota draws (controls.go).
+	quotas evidence.QuotaBatch
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup

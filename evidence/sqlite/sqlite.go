@@ -46,6 +46,8 @@ type Store struct {
 	leadPath string
 	// lead is held by this Store's leader, so one Store never leads twice.
 	lead sync.Mutex
+	// quotas group-commits quota draws (controls.go).
+	quotas evidence.QuotaBatch
 }
 
 var _ evidence.Store = (*Store)(nil)
@@ -174,7 +176,8 @@ func newProvider(db *sql.DB) (*goose.Provider, error) {
 	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub,
 		goose.WithTableName(versionTable),
 		goose.WithDisableGlobalRegistry(true),
-		goose.WithGoMigrations(holdsMigration()), // 5: legal holds (holds.go)
+		goose.WithGoMigrations(holdsMigration(), // 5: legal holds (holds.go)
+			approvalKindMigration()), // 8: the approval event kind (controls.go)
 		goose.WithSlog(slog.New(slog.DiscardHandler)),
 	)
 	if err != nil {

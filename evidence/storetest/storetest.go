@@ -63,6 +63,8 @@ func Run(t *testing.T, open func(t *testing.T) evidence.Store) {
 		{"LegalHoldRecordKept", testLegalHoldRecordKept},
 		{"LegalHoldLock", testLegalHoldLock},
 		{"LegalHoldErrors", testLegalHoldErrors},
+		{"QuotaExact", testQuotaExact},
+		{"ParkedExactlyOnce", testParkedExactlyOnce},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

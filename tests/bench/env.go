@@ -90,6 +90,11 @@ func setupEnv(repo, work string, cfg *config) (*benchEnv, error) {
 		return nil, fmt.Errorf("%s: no portcullis.config.roles.agent.tools", dataPath)
 	}
 	tools["fs.read"] = map[string]any{"fs": []any{map[string]any{"path": e.fsDir, "mode": "r", "alias": "@b"}}}
+	if cfg.quota {
+		// Never reached: every call draws, none is refused.
+		conf, _ := dig(data, "portcullis", "config")
+		conf["quotas"] = []any{map[string]any{"tool": "fs.read", "limit": int64(1) << 50, "window_s": 3600}}
+	}
 	if b, err = json.MarshalIndent(data, "", "  "); err != nil {
 		return nil, err
 	}

@@ -52,6 +52,11 @@ type config struct {
 	gatewayDebug    string // debug.listen of the gateways under test, "" for none
 	opaLogLevel     string
 	render          string // re-render this results.json instead of running
+	// quota gives the fs.read grant a quota (config.quotas) so every call
+	// draws on a counter in the evidence store (issue 15's cost check).
+	quota bool
+	// noOPA skips the OPA systems (no opa binary to build).
+	noOPA bool
 }
 
 var allScenarios = []string{"decision", "fsread", "exec", "evidence"}
@@ -100,6 +105,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.dbURL, "db", envOr("PORTCULLIS_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL admin URL; scratch databases are created and dropped there")
 	fs.StringVar(&c.repo, "repo", "", "module root (default: found from the working directory)")
 	fs.StringVar(&c.render, "render", "", "re-render results.md and the plots from this results.json into -out (default: its folder), running nothing")
+	fs.BoolVar(&c.quota, "quota", false, "give the fs.read grant a quota (a counter drawn per call, never reached) to measure what quotas cost")
+	fs.BoolVar(&c.noOPA, "no-opa", false, "skip the OPA systems of the decision and fsread scenarios")
 	fs.BoolVar(&c.keep, "keep", false, "keep the work directory (configs, server logs, OPA decision logs)")
 	fs.StringVar(&c.gatewayLogLevel, "gateway-log-level", "info", "gateway log_level (info logs one line per request, the default deployment)")
 	fs.StringVar(&c.gatewayDebug, "gateway-debug", "", "debug.listen of the gateways under test (loopback pprof, e.g. 127.0.0.1:6060), to profile them during a run")
@@ -265,7 +272,7 @@ func run(ctx context.Context, cfg *config) error {
 		}
 	}
 	var opaVer string
-	if needs["decision"] || needs["fsread"] {
+	if (needs["decision"] || needs["fsread"]) && !cfg.noOPA {
 		if env.opaBin, opaVer, err = ensureOPA(ctx, cfg.repo, cfg.opaBin); err != nil {
 			return err
 		}

@@ -228,6 +228,9 @@ func (r *runner) fsreadScenario(ctx context.Context) error {
 		})
 		errs = append(errs, err)
 	}
+	if r.cfg.noOPA {
+		return errors.Join(errs...)
+	}
 	opaBody := mustJSON(map[string]any{"input": r.env.fsReadInput()})
 	var logPath string
 	err := r.withServer(ctx, func(ctx context.Context) (*server, error) {

@@ -11,13 +11,47 @@
 #   does not collect deny reasons, and full_decision is the reference.
 package portcullis
 
+import data.portcullis.approvals
 import data.portcullis.exec
 import data.portcullis.grants
+import data.portcullis.quotas
 
-# decision is denied unless a rule below says otherwise.
+# decision is denied unless a rule below says otherwise. An allowed call
+# carries the controls approvals.rego and quotas.rego add: an approval
+# part when a person must approve it, quotas when it draws on a budget.
 default decision := {"allow": false, "reasons": ["no rule allowed the call"], "rule_ids": ["decision.default_deny"]}
 
-decision := d if {
+decision := decision_base if {
+	not _controls_possible
+} else := object.union(d, _controls(d)) if {
+	d := decision_base
+	d.allow == true
+	_has_controls
+} else := decision_base
+
+# _controls_possible is the cheap test that keeps the common call (no
+# prod principal, no quotas in data) off the controls' rules.
+_controls_possible if input.principal.attributes.environment == "prod"
+
+_controls_possible if data.portcullis.config.quotas
+
+_has_controls if approvals.requirement
+
+_has_controls if count(quotas.quotas) > 0
+
+_controls(d) := object.union(_approval_part(d), _quota_part)
+
+_approval_part(d) := {"approval": approvals.requirement, "rule_ids": array.concat(d.rule_ids, ["approvals.prod_exec"])} if {
+	approvals.requirement
+} else := {}
+
+_quota_part := {"quotas": quotas.quotas} if count(quotas.quotas) > 0
+
+else := {}
+
+default decision_base := {"allow": false, "reasons": ["no rule allowed the call"], "rule_ids": ["decision.default_deny"]}
+
+decision_base := d if {
 	d := _fast
 } else := full_decision
 

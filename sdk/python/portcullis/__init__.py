@@ -4,7 +4,7 @@ enforced and recorded by the gateway. Standard library only.
 Distribution name ``portcullis-sdk`` (``pip install portcullis-sdk``); the
 import name is ``portcullis``."""
 
-from .client import Client, PortcullisError
+from .client import ApprovalPending, Client, PortcullisError
 from .anthropic_loop import anthropic_tools, handle_tool_use, run_anthropic_tool_loop, tool_result
 from .openai_loop import ToolLoopResult, handle_tool_call, run_tool_loop, tool_message
 from .types import (
@@ -16,6 +16,7 @@ from .types import (
 run_openai_tool_loop = run_tool_loop
 
 __all__ = [
+    "ApprovalPending",
     "Client", "PortcullisError", "ToolLoopResult", "handle_tool_call", "run_tool_loop", "tool_message",
     "anthropic_tools", "handle_tool_use", "run_anthropic_tool_loop", "tool_result", "run_openai_tool_loop",
     "Decision", "DecisionResult", "DryRunResponse", "Error", "FunctionTool", "Receipt", "ReceiptList",

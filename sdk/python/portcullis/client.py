@@ -47,6 +47,14 @@ class PortcullisError(Exception):
         self.receipt_id = response.receipt_id if response else None
 
 
+class ApprovalPending(PortcullisError):
+    """wait_for_approval's timeout passed before anyone decided the call;
+    it stays parked until its approval TTL. .response is the pending answer."""
+
+    def __init__(self, response: ToolCallResponse) -> None:
+        super().__init__(202, "approval_required", "the call is still waiting for approval", {}, response)
+
+
 class Client:
     """A client for one gateway and one credential.
 
@@ -178,6 +186,49 @@ class Client:
 
     def http_get(self, url: str, **kw: Any) -> ToolCallResponse:
         return self.call("http.get", {"url": url}, **kw)
+
+    def tool_call(self, receipt_id: str, *, wait: float = 0) -> Tuple[ToolCallResponse, bool]:
+        """GET /v1/tool-calls/{receipt_id}?wait=: a parked call's answer and
+        whether it is final. A final failure (approval_rejected,
+        approval_expired, or the run's own error status) raises
+        PortcullisError with .response, as call does."""
+        path = "/v1/tool-calls/" + urllib.parse.quote(receipt_id, safe="")
+        if wait > 0:
+            path += "?wait=%dms" % int(wait * 1000)
+        status, data = self._do("GET", path, body=None, retry=_retry_read)
+        if not isinstance(data, dict) or "output" not in data:
+            err = data.get("error") if isinstance(data, dict) else None
+            if isinstance(err, dict):
+                raise PortcullisError(status, err.get("code", ""), err.get("message", ""), err.get("details") or {})
+            raise PortcullisError(status, "", _snippet(data))
+        resp = from_dict(ToolCallResponse, data)
+        if status == 200:
+            return resp, True
+        if status == 202:
+            return resp, False
+        err = resp.output.error
+        raise PortcullisError(status, err.code if err else "", err.message if err else "", err.details if err else {}, resp)
+
+    def wait_for_approval(self, resp: ToolCallResponse, *, timeout: float = 300) -> ToolCallResponse:
+        """Waits up to timeout seconds for a parked call (the response of a
+        202 approval_required, carried by the PortcullisError call raised)
+        to be approved and run, rejected or expired, long-polling the
+        gateway. Returns the run's response; raises PortcullisError for
+        approval_rejected, approval_expired or a failed run, and
+        ApprovalPending (with .response) when timeout passes first."""
+        if resp.approval is None or resp.approval.status != "pending" or not resp.receipt_id:
+            return resp
+        deadline = time.monotonic() + timeout
+        last = resp
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ApprovalPending(last)
+            wait = min(left, 25.0, max(self.timeout - 5, 1.0)) if self.timeout else min(left, 25.0)
+            got, done = self.tool_call(resp.receipt_id, wait=wait)
+            if done:
+                return got
+            last = got
 
     # -- auditors --------------------------------------------------------
     def receipts(self, **filters: Any) -> ReceiptList:

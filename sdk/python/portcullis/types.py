@@ -97,11 +97,21 @@ class DecisionResult:
 
 
 @dataclass
+class ApprovalRef:
+    id: str = ""
+    status: str = ""
+    expires_at: str = ""
+
+
+@dataclass
 class ToolCallResponse:
     receipt_id: Optional[str] = None
     call_id: Optional[str] = None
     decision: Optional[DecisionResult] = None
     output: ToolOutput = field(default_factory=ToolOutput)
+    # Set while the call is parked for a person's approval (HTTP 202
+    # approval_required) and on the final answer of a call that was.
+    approval: Optional[ApprovalRef] = None
 
 
 @dataclass
@@ -165,6 +175,22 @@ class ExecPlan:
 
 
 @dataclass
+class ApprovalRequirement:
+    required: bool = False
+    reason: str = ""
+    approvers: List[str] = field(default_factory=list)
+    ttl_s: int = 0
+
+
+@dataclass
+class Quota:
+    key: str = ""
+    limit: int = 0
+    window_s: int = 0
+    cost: int = 1
+
+
+@dataclass
 class Decision:
     allow: bool = False
     reasons: List[str] = field(default_factory=list)
@@ -176,6 +202,9 @@ class Decision:
     fs_deny: Optional[List[str]] = None
     rule_ids: Optional[List[str]] = None
     exec: Optional[ExecPlan] = None
+    # The human-oversight controls (docs/approvals.md).
+    approval: Optional[ApprovalRequirement] = None
+    quotas: Optional[List[Quota]] = None
 
 
 @dataclass
@@ -288,7 +317,7 @@ class ToolList:
 WIRE_TYPES: Dict[str, Any] = {
     c.__name__: c
     for c in (
-        Error, ErrorBody, ToolCallRequest, ToolOutput, DecisionResult, ToolCallResponse, FSGrant,
+        Error, ErrorBody, ToolCallRequest, ToolOutput, DecisionResult, ToolCallResponse, ApprovalRef, ApprovalRequirement, Quota, FSGrant,
         Network, EnvPolicy, Limits, ArgInsert, PathArg, ExecPlan, Decision, Scope, ReasonSource, DryRunResponse, NetworkStats,
         Outcome, ReceiptChain, Receipt, ReceiptList, FunctionSpec, FunctionTool, ToolList,
     )

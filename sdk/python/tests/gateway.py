@@ -52,13 +52,17 @@ class Gateway:
             "agent": {"tools": ["Exec", "fs.read", "fs.write", "fs.list", "fs.search"],
                       "fs_grants": [{"path": "/usr", "mode": "r"}, {"path": self.scratch, "mode": "rw"}]},
             "agent-noexec": {"tools": []},
+            # Its calls wait for a person (test_client.Approvals).
+            "agent-parked": {"tools": ["Exec"], "fs_grants": [{"path": "/usr", "mode": "r"}],
+                             "approval": {"required": True, "reason": "sdk test", "ttl_s": 300}},
         }}}
         with open(os.path.join(bundle, "data.json"), "w") as f:
             json.dump(data, f)
         self.keys = {}
         lines = ['listen: "127.0.0.1:0"', "data_dir: %s" % json.dumps(os.path.join(self.root, "data")),
                  "policy:", "  bundle: %s" % json.dumps(bundle), "sandbox:", "  backend: process", "principals:"]
-        for pid, role in (("agent", "agent"), ("agent-noexec", "agent"), ("auditor", "auditor")):
+        for pid, role in (("agent", "agent"), ("agent-noexec", "agent"), ("auditor", "auditor"),
+                          ("agent-parked", "agent"), ("approver", "approver")):
             key = "pk_" + secrets.token_hex(24)
             self.keys[pid] = key
             lines += ["  - id: %s" % json.dumps(pid), "    roles: [%s]" % role,

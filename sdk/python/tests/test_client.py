@@ -11,6 +11,7 @@ import threading
 import time
 import unittest
 import urllib.error
+import urllib.request
 
 import portcullis
 from portcullis.types import WIRE_TYPES, json_name
@@ -117,6 +118,42 @@ class AgainstGateway(unittest.TestCase):
         self.assertEqual(seen[0], ["Exec", "fs_list", "fs_read", "fs_search", "fs_write"])  # model-safe names
         listed = self.auditor.receipts(session_id="loop-1")
         self.assertEqual(sorted(r.call_id for r in listed.receipts), ["call_a", "call_b"])
+
+
+class Approvals(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.gw = Gateway()
+        cls.parked = portcullis.Client(cls.gw.url, cls.gw.keys["agent-parked"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.stop()
+
+    def _approve(self, approval_id):
+        req = urllib.request.Request(self.gw.url + "/v1/approvals/" + approval_id, method="POST",
+                                     data=json.dumps({"decision": "approve", "reason": "py"}).encode(),
+                                     headers={"Authorization": "Bearer " + self.gw.keys["approver"],
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            r.read()
+
+    def test_wait_for_approval(self):
+        with self.assertRaises(portcullis.PortcullisError) as cm:
+            self.parked.exec(["/usr/bin/echo", "approved"])
+        self.assertEqual(cm.exception.code, "approval_required")
+        self.assertEqual(cm.exception.status, 202)
+        parked = cm.exception.response
+        self.assertEqual(parked.approval.status, "pending")
+        with self.assertRaises(portcullis.ApprovalPending):
+            self.parked.wait_for_approval(parked, timeout=0.3)
+        t = threading.Timer(0.5, self._approve, args=(parked.approval.id,))
+        t.start()
+        final = self.parked.wait_for_approval(parked, timeout=30)
+        t.join()
+        self.assertTrue(final.output.success)
+        self.assertEqual(final.receipt_id, parked.receipt_id)
+        self.assertEqual(final.output.data["stdout"], "approved\n")
 
 
 class _Scripted(http.server.BaseHTTPRequestHandler):

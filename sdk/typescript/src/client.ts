@@ -90,6 +90,13 @@ const retryRead: RetryPolicy = (status) => status === 429 || status === 503;
  * evidence_unavailable/sandbox_unavailable; any 503 for reads), with
  * exponential backoff and jitter; 200 and 4xx are never retried.
  */
+/** waitForApproval's timeout passed before anyone decided the call; it stays parked until its approval TTL. */
+export class ApprovalPendingError extends PortcullisError {
+  constructor(response: ToolCallResponse) {
+    super(202, "approval_required", "the call is still waiting for approval", {}, response);
+  }
+}
+
 export class Client {
   readonly baseUrl: string;
   private readonly opts: Required<Omit<ClientOptions, "traceparent" | "tokenProvider" | "tls">> & Pick<ClientOptions, "traceparent" | "tokenProvider">;
@@ -170,6 +177,49 @@ export class Client {
   async toolList(o: CallOptions = {}): Promise<ToolList> {
     const l = await this.read<ToolList>("GET", "/v1/tools", undefined, o);
     return { tools: l.tools, names: l.names ?? {} };
+  }
+
+  /**
+   * GET /v1/tool-calls/{receiptId}?wait=: a parked call's answer and whether
+   * it is final. A final failure (approval_rejected, approval_expired, or the
+   * run's own error status) rejects with a PortcullisError carrying it.
+   */
+  async toolCall<D = unknown>(receiptId: string, waitMs = 0, o: CallOptions = {}): Promise<{ response: ToolCallResponse<D>; done: boolean }> {
+    const qs = waitMs > 0 ? `?wait=${Math.round(waitMs)}ms` : "";
+    const { status, body } = await this.request("GET", "/v1/tool-calls/" + encodeURIComponent(receiptId) + qs, undefined, retryRead, o);
+    const resp = body as ToolCallResponse<D> | undefined;
+    if (!resp || typeof resp !== "object" || !("output" in resp)) {
+      const e = (body as ErrorBody | undefined)?.error;
+      if (e && typeof e === "object") throw new PortcullisError(status, e.code, e.message, e.details ?? {});
+      throw new PortcullisError(status, undefined, snippet(body));
+    }
+    if (status === 200) return { response: resp, done: true };
+    if (status === 202) return { response: resp, done: false };
+    const e = resp.output.error;
+    throw new PortcullisError(status, e?.code, e?.message ?? "", e?.details ?? {}, resp as ToolCallResponse);
+  }
+
+  /**
+   * Waits up to `timeoutMs` for a parked call (the response of a 202
+   * approval_required, carried by the PortcullisError `call` rejected with)
+   * to be approved and run, rejected or expired, long-polling the gateway.
+   * Resolves with the run's response; rejects with a PortcullisError for
+   * approval_rejected, approval_expired or a failed run, and with an
+   * ApprovalPendingError (carrying the pending response) when the timeout
+   * passes first.
+   */
+  async waitForApproval<D = unknown>(resp: ToolCallResponse<D>, o: CallOptions & { timeoutMs?: number } = {}): Promise<ToolCallResponse<D>> {
+    if (!resp.approval || resp.approval.status !== "pending" || !resp.receipt_id) return resp;
+    const deadline = Date.now() + (o.timeoutMs ?? 300_000);
+    let last = resp;
+    for (;;) {
+      const left = deadline - Date.now();
+      if (left <= 0) throw new ApprovalPendingError(last as ToolCallResponse);
+      const wait = Math.min(left, 25_000, Math.max(this.opts.timeoutMs - 5_000, 1_000));
+      const { response, done } = await this.toolCall<D>(resp.receipt_id, wait, o);
+      if (done) return response;
+      last = response;
+    }
   }
 
   /** Lists receipts (auditor role); pass next_cursor as cursor for the next page. */

@@ -1,4 +1,4 @@
-export { Client, PortcullisError, DEFAULT_TIMEOUT_MS, type ClientOptions, type CallOptions, type TLSOptions } from "./client.js";
+export { Client, PortcullisError, ApprovalPendingError, DEFAULT_TIMEOUT_MS, type ClientOptions, type CallOptions, type TLSOptions } from "./client.js";
 export { toolMessage, handleToolCall, runToolLoop, runToolLoop as runOpenAIToolLoop, type ToolMessage, type ChatCompletionLike, type ChatMessage, type ToolLoopResult } from "./openai.js";
 export {
   anthropicTools, toolResult, handleToolUse, runAnthropicToolLoop,

@@ -6,7 +6,8 @@
 export type ErrorCode =
   | "unauthenticated" | "forbidden" | "invalid_input" | "unknown_tool" | "permission_denied"
   | "fs_denied" | "network_denied" | "sandbox_violation" | "not_found" | "precondition_failed" | "invalid_frontmatter"
-  | "read_limit" | "write_limit" | "too_large" | "timeout" | "evidence_unavailable"
+  | "read_limit" | "write_limit" | "too_large" | "timeout"
+  | "approval_required" | "approval_rejected" | "approval_expired" | "rate_limited" | "evidence_unavailable"
   | "sandbox_unavailable" | "backend_unavailable" | "internal";
 
 export interface Error {
@@ -44,6 +45,14 @@ export interface ToolCallResponse<D = unknown> {
   call_id?: string;
   decision: DecisionResult | null;
   output: ToolOutput<D>;
+  /** Set while the call is parked for a person's approval (HTTP 202 approval_required) and on the final answer of a call that was. */
+  approval?: ApprovalRef;
+}
+
+export interface ApprovalRef {
+  id: string;
+  status: "pending" | "approved" | "rejected" | "expired" | "stopped";
+  expires_at: string;
 }
 
 export interface FSGrant {
@@ -101,6 +110,24 @@ export interface Decision {
   fs_deny?: string[];
   rule_ids?: string[];
   exec?: ExecPlan;
+  /** Set when a person must approve the call first (docs/approvals.md). */
+  approval?: ApprovalRequirement;
+  /** The counters the call draws on (docs/approvals.md#quotas). */
+  quotas?: Quota[];
+}
+
+export interface ApprovalRequirement {
+  required: boolean;
+  reason: string;
+  approvers: string[];
+  ttl_s: number;
+}
+
+export interface Quota {
+  key: string;
+  limit: number;
+  window_s: number;
+  cost?: number;
 }
 
 export interface Scope {

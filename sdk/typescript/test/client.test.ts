@@ -9,8 +9,8 @@ import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import type { AddressInfo } from "node:net";
 
-import { Client, PortcullisError, runToolLoop, type ChatCompletionLike, type ChatMessage } from "../src/index.js";
-import type { ToolOutput } from "../src/types.js";
+import { ApprovalPendingError, Client, PortcullisError, runToolLoop, type ChatCompletionLike, type ChatMessage } from "../src/index.js";
+import type { ToolCallResponse, ToolOutput } from "../src/types.js";
 import { startGateway, type Gateway } from "./gateway.js";
 
 describe("against the gateway", () => {
@@ -34,6 +34,29 @@ describe("against the gateway", () => {
       ["agent", "ts-run", "c-1", "allow", "succeeded"]);
     const list = await auditor.receipts({ session_id: "ts-run", limit: 5 });
     assert.deepEqual(list.receipts.map((x) => x.id), [r.receipt_id]);
+  });
+
+  test("waitForApproval: pending until an approver approves, then the run's answer", async () => {
+    const parked = new Client(gw.url, gw.keys["agent-parked"]);
+    let pending: PortcullisError | undefined;
+    await assert.rejects(parked.exec({ argv: ["/usr/bin/echo", "approved"] }), (e: unknown) => {
+      pending = e as PortcullisError;
+      return e instanceof PortcullisError && e.code === "approval_required" && e.status === 202;
+    });
+    const resp = pending!.response!;
+    assert.equal(resp.approval?.status, "pending");
+    await assert.rejects(parked.waitForApproval(resp, { timeoutMs: 300 }), (e: unknown) => e instanceof ApprovalPendingError);
+    setTimeout(() => {
+      void fetch(`${gw.url}/v1/approvals/${resp.approval!.id}`, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${gw.keys.approver}`, "Content-Type": "application/json" },
+        body: JSON.stringify({ decision: "approve", reason: "ts" }),
+      });
+    }, 500);
+    const final = (await parked.waitForApproval(resp, { timeoutMs: 30_000 })) as ToolCallResponse<{ stdout: string }>;
+    assert.equal(final.output.success, true);
+    assert.equal(final.receipt_id, resp.receipt_id);
+    assert.equal(final.output.data?.stdout, "approved\n");
   });
 
   test("denial is a PortcullisError with the contract code", async () => {

@@ -28,7 +28,7 @@ function binary(): string {
 
 export interface Gateway {
   url: string;
-  keys: Record<"agent" | "agent-noexec" | "auditor", string>;
+  keys: Record<"agent" | "agent-noexec" | "auditor" | "agent-parked" | "approver", string>;
   scratch: string;
   stop(): Promise<void>;
 }
@@ -49,11 +49,16 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> 
     agent: { tools: ["Exec", "fs.read", "fs.write", "fs.list", "fs.search", ...(opts.agentTools ?? [])],
       fs_grants: [{ path: "/usr", mode: "r" }, { path: scratch, mode: "rw" }] },
     "agent-noexec": { tools: [] },
+    // Its calls wait for a person (client.test.ts, approvals).
+    "agent-parked": {
+      tools: ["Exec"], fs_grants: [{ path: "/usr", mode: "r" }],
+      approval: { required: true, reason: "sdk test", ttl_s: 300 },
+    },
   } } }));
   const keys = {} as Gateway["keys"];
   const lines = ['listen: "127.0.0.1:0"', `data_dir: ${JSON.stringify(join(root, "data"))}`, "policy:",
     `  bundle: ${JSON.stringify(bundle)}`, "sandbox:", "  backend: process", "principals:"];
-  for (const [id, role] of [["agent", "agent"], ["agent-noexec", "agent"], ["auditor", "auditor"]] as const) {
+  for (const [id, role] of [["agent", "agent"], ["agent-noexec", "agent"], ["auditor", "auditor"], ["agent-parked", "agent"], ["approver", "approver"]] as const) {
     const key = "pk_" + randomBytes(24).toString("hex");
     keys[id] = key;
     lines.push(`  - id: ${JSON.stringify(id)}`, `    roles: [${role}]`,

@@ -8,6 +8,7 @@
 #   "fs_grants": [{"path", "mode"}],     returned verbatim
 #   "env": {"pass": [...], "set": {}},   returned verbatim
 #   "limits": {...}                      returned verbatim
+#   "approval": {...}, "quotas": [...]   returned verbatim when present
 # }
 package portcullis
 
@@ -16,7 +17,11 @@ default decision := {"allow": false, "reasons": ["e2e: no grant for this princip
 # cfg is the test data for the calling principal (undefined for strangers).
 cfg := data.e2e.principals[input.principal.id]
 
-decision := {
+decision := object.union(_allowed, object.filter(cfg, ["approval", "quotas"])) if {
+	input.tool in cfg.tools
+}
+
+_allowed := {
 	"allow": true,
 	"reasons": [sprintf("e2e: %s may call %s", [input.principal.id, input.tool])],
 	"rule_ids": ["e2e.grant"],
@@ -24,6 +29,4 @@ decision := {
 	"network": {"posture": "off", "allow": []},
 	"env": object.get(cfg, "env", {"pass": [], "set": {}}),
 	"limits": object.get(cfg, "limits", {}),
-} if {
-	input.tool in cfg.tools
 }

@@ -59,6 +59,18 @@ type Config struct {
 	Auth Auth `yaml:"auth"`
 	// TLS makes the gateway serve HTTPS itself, and mTLS with a client CA.
 	TLS TLS `yaml:"tls"`
+	// Approvals configures how parked calls wait (CONTRACT section 9).
+	Approvals Approvals `yaml:"approvals"`
+}
+
+// Approvals configures human approval (docs/approvals.md).
+type Approvals struct {
+	// MCPWait is how long an MCP tools/call waits for a parked call's
+	// approval before answering with the approval id (default 60s).
+	MCPWait Duration `yaml:"mcp_wait"`
+	// WebhookURL, when set, receives a JSON POST per new pending approval
+	// (http(s); best effort, never blocks the call).
+	WebhookURL string `yaml:"webhook_url"`
 }
 
 // Auth configures authentication beside API keys (docs/authentication.md).
@@ -418,8 +430,9 @@ func Default() Config {
 			ResultsRetention:   Duration(24 * time.Hour),
 			ResultsMaxBytes:    1 << 20,
 		},
-		Sandbox: Sandbox{Backend: "auto", Require: true, StateRetention: Duration(7 * 24 * time.Hour)},
-		Runtime: Runtime{GCPercent: 400},
+		Sandbox:   Sandbox{Backend: "auto", Require: true, StateRetention: Duration(7 * 24 * time.Hour)},
+		Runtime:   Runtime{GCPercent: 400},
+		Approvals: Approvals{MCPWait: Duration(60 * time.Second)},
 		Auth: Auth{JWT: JWT{
 			PrincipalClaim:         "sub",
 			Leeway:                 Duration(60 * time.Second),
@@ -592,10 +605,23 @@ func (c *Config) Validate() error {
 	c.validateSandbox(&p)
 	c.validateRuntime(&p)
 	c.validatePrincipals(&p)
+	c.validateApprovals(&p)
 	errs := append(p.errs, c.validateAuth()...)
 	errs = append(errs, c.validateTLS()...)
 	errs = append(errs, c.validateUpstreams()...)
 	return errors.Join(errs...)
+}
+
+func (c *Config) validateApprovals(p *problems) {
+	if w := c.Approvals.MCPWait; w < 0 || w.Std() > 10*time.Minute {
+		p.bad("approvals.mcp_wait", "want a duration from 0 to 10m")
+	}
+	if u := c.Approvals.WebhookURL; u != "" {
+		parsed, err := url.Parse(u)
+		if err != nil || (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Host == "" || parsed.User != nil {
+			p.bad("approvals.webhook_url", "want an http(s) URL without credentials")
+		}
+	}
 }
 
 // problems collects what Validate finds, each naming its key.
@@ -772,7 +798,7 @@ func (c *Config) validatePrincipals(p *problems) {
 		}
 		ids[pr.ID] = true
 		if len(pr.Roles) == 0 {
-			p.bad(key+".roles", "want at least one of agent, auditor, admin")
+			p.bad(key+".roles", "want at least one of agent, auditor, admin, approver")
 		}
 		for _, a := range reservedAttributes {
 			if _, ok := pr.Attributes[a]; ok {
@@ -780,8 +806,8 @@ func (c *Config) validatePrincipals(p *problems) {
 			}
 		}
 		for j, r := range pr.Roles {
-			if r != "agent" && r != "auditor" && r != "admin" {
-				p.bad(fmt.Sprintf("%s.roles[%d]", key, j), "want agent, auditor or admin, got %q", r)
+			if r != "agent" && r != "auditor" && r != "admin" && r != "approver" {
+				p.bad(fmt.Sprintf("%s.roles[%d]", key, j), "want agent, auditor, admin or approver, got %q", r)
 			}
 		}
 		if pr.ClientCertSubject != "" {

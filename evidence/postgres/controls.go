@@ -1,0 +1,289 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/wire"
+)
+
+var _ evidence.ControlStore = (*Store)(nil)
+
+// ConsumeQuotas draws on every quota, all or none, group-committed: the
+// draws that queue while one transaction commits go in the next (one
+// commit per batch, not per call; a hot counter row is locked once per
+// batch; see commitQuotas for why the limit holds exactly across
+// replicas).
+func (s *Store) ConsumeQuotas(ctx context.Context, qs []wire.Quota, now time.Time) ([]evidence.QuotaDraw, *evidence.QuotaExceeded, error) {
+	if s.ro != nil {
+		return nil, nil, errReadOnly
+	}
+	return s.quotas.Consume(ctx, qs, now, s.commitQuotas)
+}
+
+// commitQuotas applies a batch in one transaction: every counter row it
+// touches is created if missing and locked (SELECT ... FOR UPDATE, in key
+// order, pipelined in one round trip), the requests are settled in order
+// against the locked values (evidence.Decide), and each row gets one
+// UPDATE. The row locks make the check and the increments one step, so
+// the limit holds exactly across replicas; a hot counter costs three
+// statements per batch, not per call.
+func (s *Store) commitQuotas(ctx context.Context, batch []*evidence.QuotaRequest) error {
+	keys := evidence.Counters(batch)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		lock := &pgx.Batch{}
+		for _, k := range keys {
+			lock.Queue(`INSERT INTO portcullis_quota_counters (key, window_s, window_start, used, quota_limit)
+				VALUES ($1, $2, $3, 0, 0) ON CONFLICT (key, window_s, window_start) DO NOTHING`, k.Key, k.WindowS, k.WindowStart)
+			lock.Queue(`SELECT used FROM portcullis_quota_counters WHERE key = $1 AND window_s = $2 AND window_start = $3 FOR UPDATE`,
+				k.Key, k.WindowS, k.WindowStart)
+		}
+		res := tx.SendBatch(ctx, lock)
+		used := make(map[evidence.CounterKey]int64, len(keys))
+		for _, k := range keys {
+			if _, err := res.Exec(); err != nil {
+				_ = res.Close()
+				return err
+			}
+			var u int64
+			if err := res.QueryRow().Scan(&u); err != nil {
+				_ = res.Close()
+				return err
+			}
+			used[k] = u
+		}
+		if err := res.Close(); err != nil {
+			return err
+		}
+		add, limit := evidence.Decide(batch, used)
+		upd := &pgx.Batch{}
+		for _, k := range keys {
+			if add[k] > 0 {
+				upd.Queue(`UPDATE portcullis_quota_counters SET used = used + $4, quota_limit = $5, updated_at = now()
+					WHERE key = $1 AND window_s = $2 AND window_start = $3`, k.Key, k.WindowS, k.WindowStart, add[k], limit[k])
+			}
+		}
+		if upd.Len() == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, upd).Close()
+	})
+	if err != nil {
+		return fmt.Errorf("evidence/postgres: consume quotas: %w", classify(err))
+	}
+	return nil
+}
+
+// RefundQuotas gives draws back, never below zero.
+func (s *Store) RefundQuotas(ctx context.Context, draws []evidence.QuotaDraw) error {
+	for _, d := range draws {
+		if _, err := s.pool.Exec(ctx, `UPDATE portcullis_quota_counters SET used = greatest(used - $4, 0), updated_at = now()
+			WHERE key = $1 AND window_s = $2 AND window_start = $3`, d.Key, d.WindowS, d.WindowStart, d.Cost); err != nil {
+			return fmt.Errorf("evidence/postgres: refund quotas: %w", classify(err))
+		}
+	}
+	return nil
+}
+
+// QuotaUsage lists key's windows, newest first.
+func (s *Store) QuotaUsage(ctx context.Context, key string, limit int) ([]wire.QuotaUsage, error) {
+	rows, err := s.q.Query(ctx, `SELECT key, window_s, window_start, used, quota_limit FROM portcullis_quota_counters
+		WHERE key = $1 ORDER BY window_start DESC, window_s LIMIT $2`, key, limit)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: quota usage: %w", classify(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (wire.QuotaUsage, error) {
+		var u wire.QuotaUsage
+		var start int64
+		err := r.Scan(&u.Key, &u.WindowS, &start, &u.Used, &u.Limit)
+		u.WindowStart = time.Unix(start, 0).UTC()
+		return u, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: quota usage: %w", classify(err))
+	}
+	return out, nil
+}
+
+const parkedCols = `id, receipt_id, status, principal, tool, call_id, session_id, input, args_sha256, args,
+	policy_revision, reason, approvers, created_at, expires_at, decided_by, decided_at, decision_reason, response`
+
+// ParkCall stores a pending parked call.
+func (s *Store) ParkCall(ctx context.Context, p evidence.ParkedCall) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
+	principal, err := json.Marshal(p.Principal)
+	if err != nil {
+		return fmt.Errorf("evidence/postgres: park call: %w", err)
+	}
+	approvers, err := json.Marshal(nonNilStrings(p.Approvers))
+	if err != nil {
+		return fmt.Errorf("evidence/postgres: park call: %w", err)
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO portcullis_approvals (id, receipt_id, status, principal, principal_id, tool, call_id,
+		session_id, input, args_sha256, args, policy_revision, reason, approvers, created_at, expires_at)
+		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+		pgUUID(p.ID), pgUUID(p.ReceiptID), principal, p.Principal.ID, p.Tool, p.CallID, p.SessionID, []byte(p.Input),
+		p.ArgsSHA256, jsonOrNil(p.Args), p.PolicyRevision, p.Reason, approvers, p.CreatedAt, p.ExpiresAt)
+	if err != nil {
+		return fmt.Errorf("evidence/postgres: park call: %w", classify(err))
+	}
+	return nil
+}
+
+func jsonOrNil(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
+
+func nonNilStrings(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func scanParked(r pgx.CollectableRow) (evidence.ParkedCall, error) {
+	var (
+		p                    evidence.ParkedCall
+		id, rid              pgtype.UUID
+		principal, approvers []byte
+		args, response       []byte
+		decidedAt            pgtype.Timestamptz
+		createdAt, expiresAt time.Time
+		input                []byte
+	)
+	err := r.Scan(&id, &rid, &p.Status, &principal, &p.Tool, &p.CallID, &p.SessionID, &input, &p.ArgsSHA256, &args,
+		&p.PolicyRevision, &p.Reason, &approvers, &createdAt, &expiresAt, &p.DecidedBy, &decidedAt, &p.DecisionReason, &response)
+	if err != nil {
+		return p, err
+	}
+	p.ID, p.ReceiptID = id.Bytes, rid.Bytes
+	p.CreatedAt, p.ExpiresAt = createdAt.UTC(), expiresAt.UTC()
+	if decidedAt.Valid {
+		p.DecidedAt = decidedAt.Time.UTC()
+	}
+	p.Input, p.Args, p.Response = input, args, response
+	if err := json.Unmarshal(principal, &p.Principal); err != nil {
+		return p, err
+	}
+	return p, json.Unmarshal(approvers, &p.Approvers)
+}
+
+func (s *Store) parked(ctx context.Context, q string, args ...any) ([]evidence.ParkedCall, error) {
+	rows, err := s.q.Query(ctx, q, args...)
+	if err != nil {
+		return nil, classify(err)
+	}
+	out, err := pgx.CollectRows(rows, scanParked)
+	return out, classify(err)
+}
+
+func (s *Store) oneParked(ctx context.Context, where string, arg any) (evidence.ParkedCall, error) {
+	list, err := s.parked(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE "+where, arg)
+	if err != nil {
+		return evidence.ParkedCall{}, fmt.Errorf("evidence/postgres: approval: %w", err)
+	}
+	if len(list) == 0 {
+		return evidence.ParkedCall{}, evidence.ErrApprovalNotFound
+	}
+	return list[0], nil
+}
+
+// ParkedCall returns one parked call.
+func (s *Store) ParkedCall(ctx context.Context, id uuid.UUID) (evidence.ParkedCall, error) {
+	return s.oneParked(ctx, "id = $1", pgUUID(id))
+}
+
+// ParkedCallByReceipt returns the parked call of a receipt.
+func (s *Store) ParkedCallByReceipt(ctx context.Context, receiptID uuid.UUID) (evidence.ParkedCall, error) {
+	return s.oneParked(ctx, "receipt_id = $1", pgUUID(receiptID))
+}
+
+// ParkedCalls lists parked calls, oldest first.
+func (s *Store) ParkedCalls(ctx context.Context, status string, limit int) ([]evidence.ParkedCall, error) {
+	list, err := s.parked(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE ($1 = '' OR status = $1) ORDER BY created_at, id LIMIT $2", status, limit)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: approvals: %w", err)
+	}
+	return list, nil
+}
+
+// SettleParked moves a parked call from one status to another exactly
+// once: the row is locked (FOR UPDATE) and the update re-checks the
+// status, so of two replicas settling it at once one wins and the other
+// finds it settled. The input is returned from before the update, which
+// clears it unless the call was just approved.
+func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.ParkedCall, error) {
+	if s.ro != nil {
+		return evidence.ParkedCall{}, errReadOnly
+	}
+	var p evidence.ParkedCall
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE id = $1 FOR UPDATE", pgUUID(st.ID))
+		if err != nil {
+			return err
+		}
+		list, err := pgx.CollectRows(rows, scanParked)
+		if err != nil {
+			return err
+		}
+		if len(list) == 0 {
+			return evidence.ErrApprovalNotFound
+		}
+		p = list[0]
+		if p.Status != st.From || (st.To == wire.ApprovalApproved && !st.At.Before(p.ExpiresAt)) {
+			return evidence.ErrApprovalSettled
+		}
+		decidedBy, decidedAt, reason := p.DecidedBy, pgtype.Timestamptz{Time: p.DecidedAt, Valid: !p.DecidedAt.IsZero()}, p.DecisionReason
+		if st.From == wire.ApprovalPending {
+			decidedBy, decidedAt, reason = st.By, pgtype.Timestamptz{Time: st.At, Valid: true}, st.Reason
+		}
+		_, err = tx.Exec(ctx, `UPDATE portcullis_approvals SET status = $2, decided_by = $3, decided_at = $4, decision_reason = $5,
+			input = CASE WHEN $7 THEN input END, response = coalesce($6, response) WHERE id = $1`,
+			pgUUID(st.ID), st.To, decidedBy, decidedAt, reason, jsonOrNil(st.Response), st.KeepInput())
+		return err
+	})
+	switch {
+	case errors.Is(err, evidence.ErrApprovalNotFound), errors.Is(err, evidence.ErrApprovalSettled):
+		return p, err
+	case err != nil:
+		return p, fmt.Errorf("evidence/postgres: settle approval: %w", classify(err))
+	}
+	p.Status = st.To
+	if st.From == wire.ApprovalPending {
+		p.DecidedBy, p.DecidedAt, p.DecisionReason = st.By, st.At, st.Reason
+	}
+	if st.Response != nil {
+		p.Response = st.Response
+	}
+	return p, nil
+}
+
+// ExpiredParked lists pending calls whose expiry has passed.
+func (s *Store) ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error) {
+	rows, err := s.q.Query(ctx, "SELECT id FROM portcullis_approvals WHERE status = 'pending' AND expires_at <= $1 ORDER BY expires_at LIMIT $2", now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: expired approvals: %w", classify(err))
+	}
+	ids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (uuid.UUID, error) {
+		var id pgtype.UUID
+		err := r.Scan(&id)
+		return id.Bytes, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("evidence/postgres: expired approvals: %w", classify(err))
+	}
+	return ids, nil
+}

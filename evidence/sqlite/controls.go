@@ -1,0 +1,299 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/pressly/goose/v3"
+
+	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/wire"
+)
+
+var _ evidence.ControlStore = (*Store)(nil)
+
+// Migration 8 adds the event kind 'approval' (issue 15): SQLite rebuilds
+// evidence_events to change its CHECK constraint (rebuildEvents, as
+// migration 5 does). Migration 7 (SQL) creates the control tables.
+const approvalKindVersion = 8
+
+const approvalKinds = `'checkpoint', 'retention', 'legal_hold', 'legal_hold_release', 'approval')`
+
+func approvalKindMigration() *goose.Migration {
+	return goose.NewGoMigration(approvalKindVersion,
+		&goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
+			return rebuildEvents(ctx, tx, newKinds, approvalKinds, deleteTrigger)
+		}},
+		&goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
+			return rebuildEvents(ctx, tx, approvalKinds, newKinds, deleteTrigger)
+		}},
+	)
+}
+
+// ConsumeQuotas draws on every quota, all or none, group-committed on
+// the single writer connection (evidence.QuotaBatch): one synchronous
+// commit per batch.
+func (s *Store) ConsumeQuotas(ctx context.Context, qs []wire.Quota, now time.Time) ([]evidence.QuotaDraw, *evidence.QuotaExceeded, error) {
+	if s.ro != nil {
+		return nil, nil, errReadOnly
+	}
+	return s.quotas.Consume(ctx, qs, now, s.commitQuotas)
+}
+
+// commitQuotas settles a batch in one IMMEDIATE transaction (the write
+// lock is held from BEGIN): each counter is created if missing and read,
+// the requests are settled in order (evidence.Decide), and each counter
+// gets one UPDATE.
+func (s *Store) commitQuotas(ctx context.Context, batch []*evidence.QuotaRequest) error {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	keys := evidence.Counters(batch)
+	used := make(map[evidence.CounterKey]int64, len(keys))
+	for _, k := range keys {
+		var u int64
+		err := tx.QueryRowContext(ctx, `INSERT INTO portcullis_quota_counters (key, window_s, window_start, used, quota_limit)
+			VALUES (?1, ?2, ?3, 0, 0) ON CONFLICT (key, window_s, window_start) DO UPDATE SET used = used RETURNING used`,
+			k.Key, k.WindowS, k.WindowStart).Scan(&u)
+		if err != nil {
+			return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
+		}
+		used[k] = u
+	}
+	add, limit := evidence.Decide(batch, used)
+	for _, k := range keys {
+		if add[k] == 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE portcullis_quota_counters SET used = used + ?4, quota_limit = ?5
+			WHERE key = ?1 AND window_s = ?2 AND window_start = ?3`, k.Key, k.WindowS, k.WindowStart, add[k], limit[k]); err != nil {
+			return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
+	}
+	return nil
+}
+
+// RefundQuotas gives draws back, never below zero.
+func (s *Store) RefundQuotas(ctx context.Context, draws []evidence.QuotaDraw) error {
+	for _, d := range draws {
+		if _, err := s.writer.ExecContext(ctx, `UPDATE portcullis_quota_counters SET used = max(used - ?4, 0)
+			WHERE key = ?1 AND window_s = ?2 AND window_start = ?3`, d.Key, d.WindowS, d.WindowStart, d.Cost); err != nil {
+			return fmt.Errorf("evidence/sqlite: refund quotas: %w", classify(err))
+		}
+	}
+	return nil
+}
+
+// QuotaUsage lists key's windows, newest first.
+func (s *Store) QuotaUsage(ctx context.Context, key string, limit int) ([]wire.QuotaUsage, error) {
+	rows, err := s.q.QueryContext(ctx, `SELECT key, window_s, window_start, used, quota_limit FROM portcullis_quota_counters
+		WHERE key = ? ORDER BY window_start DESC, window_s LIMIT ?`, key, limit)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: quota usage: %w", classify(err))
+	}
+	defer rows.Close()
+	out := []wire.QuotaUsage{}
+	for rows.Next() {
+		var u wire.QuotaUsage
+		var start int64
+		if err := rows.Scan(&u.Key, &u.WindowS, &start, &u.Used, &u.Limit); err != nil {
+			return nil, fmt.Errorf("evidence/sqlite: quota usage: %w", classify(err))
+		}
+		u.WindowStart = time.Unix(start, 0).UTC()
+		out = append(out, u)
+	}
+	return out, classify(rows.Err())
+}
+
+const parkedCols = `id, receipt_id, status, principal, tool, call_id, session_id, input, args_sha256, args,
+	policy_revision, reason, approvers, created_at, expires_at, decided_by, decided_at, decision_reason, response`
+
+// ParkCall stores a pending parked call.
+func (s *Store) ParkCall(ctx context.Context, p evidence.ParkedCall) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
+	principal, err := json.Marshal(p.Principal)
+	if err != nil {
+		return fmt.Errorf("evidence/sqlite: park call: %w", err)
+	}
+	approvers := p.Approvers
+	if approvers == nil {
+		approvers = []string{}
+	}
+	ab, err := json.Marshal(approvers)
+	if err != nil {
+		return fmt.Errorf("evidence/sqlite: park call: %w", err)
+	}
+	_, err = s.writer.ExecContext(ctx, `INSERT INTO portcullis_approvals (id, receipt_id, status, principal, principal_id, tool, call_id,
+		session_id, input, args_sha256, args, policy_revision, reason, approvers, created_at, expires_at)
+		VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		p.ID.String(), p.ReceiptID.String(), string(principal), p.Principal.ID, p.Tool, p.CallID, p.SessionID, []byte(p.Input),
+		p.ArgsSHA256, nullable(p.Args), p.PolicyRevision, p.Reason, string(ab), p.CreatedAt.UnixMicro(), p.ExpiresAt.UnixMicro())
+	if err != nil {
+		return fmt.Errorf("evidence/sqlite: park call: %w", classify(err))
+	}
+	return nil
+}
+
+type scanner interface{ Scan(...any) error }
+
+func scanParked(r scanner) (evidence.ParkedCall, error) {
+	var (
+		p                             evidence.ParkedCall
+		id, rid, principal, approvers string
+		args, response                sql.NullString
+		input                         []byte
+		createdAt, expiresAt          int64
+		decidedAt                     sql.NullInt64
+	)
+	err := r.Scan(&id, &rid, &p.Status, &principal, &p.Tool, &p.CallID, &p.SessionID, &input, &p.ArgsSHA256, &args,
+		&p.PolicyRevision, &p.Reason, &approvers, &createdAt, &expiresAt, &p.DecidedBy, &decidedAt, &p.DecisionReason, &response)
+	if err != nil {
+		return p, err
+	}
+	if p.ID, err = uuid.Parse(id); err != nil {
+		return p, err
+	}
+	if p.ReceiptID, err = uuid.Parse(rid); err != nil {
+		return p, err
+	}
+	p.CreatedAt, p.ExpiresAt = time.UnixMicro(createdAt).UTC(), time.UnixMicro(expiresAt).UTC()
+	if decidedAt.Valid {
+		p.DecidedAt = time.UnixMicro(decidedAt.Int64).UTC()
+	}
+	p.Input = input
+	if args.Valid {
+		p.Args = json.RawMessage(args.String)
+	}
+	if response.Valid {
+		p.Response = json.RawMessage(response.String)
+	}
+	if err := json.Unmarshal([]byte(principal), &p.Principal); err != nil {
+		return p, err
+	}
+	return p, json.Unmarshal([]byte(approvers), &p.Approvers)
+}
+
+func parkedRows(rows *sql.Rows, err error) ([]evidence.ParkedCall, error) {
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var out []evidence.ParkedCall
+	for rows.Next() {
+		p, err := scanParked(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, classify(rows.Err())
+}
+
+func (s *Store) oneParked(ctx context.Context, where string, arg any) (evidence.ParkedCall, error) {
+	list, err := parkedRows(s.q.QueryContext(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE "+where, arg))
+	if err != nil {
+		return evidence.ParkedCall{}, fmt.Errorf("evidence/sqlite: approval: %w", err)
+	}
+	if len(list) == 0 {
+		return evidence.ParkedCall{}, evidence.ErrApprovalNotFound
+	}
+	return list[0], nil
+}
+
+// ParkedCall returns one parked call.
+func (s *Store) ParkedCall(ctx context.Context, id uuid.UUID) (evidence.ParkedCall, error) {
+	return s.oneParked(ctx, "id = ?", id.String())
+}
+
+// ParkedCallByReceipt returns the parked call of a receipt.
+func (s *Store) ParkedCallByReceipt(ctx context.Context, receiptID uuid.UUID) (evidence.ParkedCall, error) {
+	return s.oneParked(ctx, "receipt_id = ?", receiptID.String())
+}
+
+// ParkedCalls lists parked calls, oldest first.
+func (s *Store) ParkedCalls(ctx context.Context, status string, limit int) ([]evidence.ParkedCall, error) {
+	list, err := parkedRows(s.q.QueryContext(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE (?1 = '' OR status = ?1) ORDER BY created_at, id LIMIT ?2", status, limit))
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: approvals: %w", err)
+	}
+	return list, nil
+}
+
+// SettleParked moves a parked call from one status to another exactly
+// once: on the single writer connection, inside an IMMEDIATE transaction
+// (the write lock is taken at BEGIN), so the status read and its update
+// cannot interleave with another process's.
+func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.ParkedCall, error) {
+	if s.ro != nil {
+		return evidence.ParkedCall{}, errReadOnly
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return evidence.ParkedCall{}, fmt.Errorf("evidence/sqlite: settle approval: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	list, err := parkedRows(tx.QueryContext(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE id = ?", st.ID.String()))
+	if err != nil {
+		return evidence.ParkedCall{}, fmt.Errorf("evidence/sqlite: settle approval: %w", err)
+	}
+	if len(list) == 0 {
+		return evidence.ParkedCall{}, evidence.ErrApprovalNotFound
+	}
+	p := list[0]
+	if p.Status != st.From || (st.To == wire.ApprovalApproved && !st.At.Before(p.ExpiresAt)) {
+		return p, evidence.ErrApprovalSettled
+	}
+	if st.From == wire.ApprovalPending {
+		p.DecidedBy, p.DecidedAt, p.DecisionReason = st.By, st.At, st.Reason
+	}
+	var decidedAt any
+	if !p.DecidedAt.IsZero() {
+		decidedAt = p.DecidedAt.UnixMicro()
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE portcullis_approvals SET status = ?2, decided_by = ?3, decided_at = ?4, decision_reason = ?5,
+		input = CASE WHEN ?7 THEN input END, response = coalesce(?6, response) WHERE id = ?1`,
+		st.ID.String(), st.To, p.DecidedBy, decidedAt, p.DecisionReason, nullable(st.Response), st.KeepInput()); err != nil {
+		return p, fmt.Errorf("evidence/sqlite: settle approval: %w", classify(err))
+	}
+	if err := tx.Commit(); err != nil {
+		return p, fmt.Errorf("evidence/sqlite: settle approval: %w", classify(err))
+	}
+	p.Status = st.To
+	if st.Response != nil {
+		p.Response = st.Response
+	}
+	return p, nil
+}
+
+// ExpiredParked lists pending calls whose expiry has passed.
+func (s *Store) ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error) {
+	rows, err := s.q.QueryContext(ctx, "SELECT id FROM portcullis_approvals WHERE status = 'pending' AND expires_at <= ? ORDER BY expires_at LIMIT ?", now.UnixMicro(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("evidence/sqlite: expired approvals: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []uuid.UUID
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, classify(err)
+		}
+		u, err := uuid.Parse(id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, classify(rows.Err())
+}

@@ -1,0 +1,160 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/wire"
+)
+
+func controls(t *testing.T, s evidence.Store) evidence.ControlStore {
+	t.Helper()
+	c, ok := s.(evidence.ControlStore)
+	if !ok {
+		t.Fatalf("%T is not an evidence.ControlStore", s)
+	}
+	return c
+}
+
+// testQuotaExact: 64 callers racing for a quota of 10 get exactly 10
+// draws; a call over a second quota takes nothing from the first (all or
+// none); a refund gives a unit back; a new window starts from zero.
+func testQuotaExact(t *testing.T, s evidence.Store) {
+	ctx := ctxFor(t)
+	c := controls(t, s)
+	now := time.Date(2026, 11, 22, 10, 0, 30, 0, time.UTC)
+	q := wire.Quota{Key: "agent-alpha/Exec", Limit: 10, WindowS: 60, Cost: 1}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			draws, ex, err := c.ConsumeQuotas(ctx, []wire.Quota{q}, now)
+			switch {
+			case err != nil:
+				t.Errorf("ConsumeQuotas: %v", err)
+			case ex == nil && len(draws) == 1:
+				admitted.Add(1)
+			case ex != nil && ex.RetryAfter != 30*time.Second:
+				t.Errorf("RetryAfter = %v, want 30s (the window's end)", ex.RetryAfter)
+			}
+		})
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != 10 {
+		t.Fatalf("admitted %d of 64 against a limit of 10", n)
+	}
+	// All or none: the second quota (limit 0) refuses, the first keeps 10.
+	other := wire.Quota{Key: "agent-alpha/*", Limit: 5, WindowS: 60, Cost: 1}
+	if _, ex, err := c.ConsumeQuotas(ctx, []wire.Quota{other, q}, now); err != nil || ex == nil || ex.Quota.Key != q.Key {
+		t.Fatalf("ConsumeQuotas over a full quota = %+v, %v; want exceeded on %s", ex, err, q.Key)
+	}
+	usage, err := c.QuotaUsage(ctx, other.Key, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(usage) == 1 && usage[0].Used != 0 {
+		t.Errorf("the refused call drew %d from %s; want nothing", usage[0].Used, other.Key)
+	}
+	usage, err = c.QuotaUsage(ctx, q.Key, 10)
+	if err != nil || len(usage) != 1 || usage[0].Used != 10 || usage[0].Limit != 10 || !usage[0].WindowStart.Equal(now.Truncate(time.Minute)) {
+		t.Fatalf("QuotaUsage = %+v, %v; want one window at %v with 10 of 10 used", usage, err, now.Truncate(time.Minute))
+	}
+	if err := c.RefundQuotas(ctx, []evidence.QuotaDraw{{Key: q.Key, WindowS: 60, WindowStart: evidence.WindowStart(now, 60), Cost: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if draws, ex, err := c.ConsumeQuotas(ctx, []wire.Quota{q}, now); err != nil || ex != nil || len(draws) != 1 {
+		t.Fatalf("after a refund ConsumeQuotas = %v, %+v, %v; want one draw", draws, ex, err)
+	}
+	if _, ex, err := c.ConsumeQuotas(ctx, []wire.Quota{q}, now.Add(time.Minute)); err != nil || ex != nil {
+		t.Fatalf("next window ConsumeQuotas = %+v, %v; want admitted", ex, err)
+	}
+	if _, ex, _ := c.ConsumeQuotas(ctx, []wire.Quota{{Key: "k", Limit: 1, WindowS: 60, Cost: 2}}, now); ex == nil {
+		t.Error("a cost above the limit was admitted")
+	}
+}
+
+// testParkedExactlyOnce: of 16 settlers racing to approve one parked
+// call, exactly one wins and gets its input; the stored input is gone once
+// the run's end is recorded; an expired call cannot be approved, and a
+// rejected one keeps no input.
+func testParkedExactlyOnce(t *testing.T, s evidence.Store) {
+	ctx := ctxFor(t)
+	c := controls(t, s)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	park := func(expires time.Time) evidence.ParkedCall {
+		p := evidence.ParkedCall{ID: uuid.Must(uuid.NewV7()), ReceiptID: uuid.Must(uuid.NewV7()),
+			Principal: wire.Principal{ID: "agent-alpha", Roles: []string{"agent"}, Attributes: map[string]any{"environment": "prod"}},
+			Tool:      "Exec", Input: json.RawMessage(`{"argv":["/usr/bin/true"],"env":{"X_TOKEN":"s3cret"}}`), ArgsSHA256: "ab",
+			Args: json.RawMessage(`{"argv":["/usr/bin/true"]}`), PolicyRevision: "rev1", Reason: "prod", Approvers: []string{"role:approver"},
+			CreatedAt: now, ExpiresAt: expires}
+		if err := c.ParkCall(ctx, p); err != nil {
+			t.Fatalf("ParkCall: %v", err)
+		}
+		return p
+	}
+	p := park(now.Add(time.Hour))
+	var wins atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			got, err := c.SettleParked(ctx, evidence.Settle{ID: p.ID, From: wire.ApprovalPending, To: wire.ApprovalApproved, By: "approver-" + string(rune('a'+i)), At: now})
+			switch {
+			case err == nil:
+				wins.Add(1)
+				if string(got.Input) != string(p.Input) || got.Principal.ID != "agent-alpha" {
+					t.Errorf("winner got %q as %q, want the parked input and principal", got.Input, got.Principal.ID)
+				}
+			case !errors.Is(err, evidence.ErrApprovalSettled):
+				t.Errorf("SettleParked: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := wins.Load(); n != 1 {
+		t.Fatalf("%d settlers won; want exactly one", n)
+	}
+	if _, err := c.SettleParked(ctx, evidence.Settle{ID: p.ID, From: wire.ApprovalApproved, To: wire.ApprovalApproved, At: now, Response: json.RawMessage(`{"ok":true}`)}); err != nil {
+		t.Fatalf("record the run's end: %v", err)
+	}
+	got, err := c.ParkedCallByReceipt(ctx, p.ReceiptID)
+	if err != nil || got.Status != wire.ApprovalApproved || got.Input != nil || string(got.Response) == "" || got.DecidedBy == "" {
+		t.Fatalf("after the run: %+v, %v; want approved, input cleared, response kept, decided_by set", got, err)
+	}
+
+	expired := park(now.Add(-time.Second))
+	if _, err := c.SettleParked(ctx, evidence.Settle{ID: expired.ID, From: wire.ApprovalPending, To: wire.ApprovalApproved, By: "x", At: now}); !errors.Is(err, evidence.ErrApprovalSettled) {
+		t.Fatalf("approving an expired call = %v, want ErrApprovalSettled", err)
+	}
+	ids, err := c.ExpiredParked(ctx, now, 10)
+	if err != nil || len(ids) != 1 || ids[0] != expired.ID {
+		t.Fatalf("ExpiredParked = %v, %v; want [%s]", ids, err, expired.ID)
+	}
+	rejected := park(now.Add(time.Hour))
+	if _, err := c.SettleParked(ctx, evidence.Settle{ID: rejected.ID, From: wire.ApprovalPending, To: wire.ApprovalRejected, By: "x", Reason: "no", At: now}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.ParkedCall(ctx, rejected.ID); got.Input != nil || got.DecisionReason != "no" {
+		t.Errorf("rejected call kept input %q / reason %q", got.Input, got.DecisionReason)
+	}
+	pending, err := c.ParkedCalls(ctx, wire.ApprovalPending, 10)
+	if err != nil || len(pending) != 1 || pending[0].ID != expired.ID {
+		t.Errorf("ParkedCalls(pending) = %d calls, %v; want only the expired-but-unswept one", len(pending), err)
+	}
+	if _, err := c.ParkedCall(ctx, uuid.Must(uuid.NewV7())); !errors.Is(err, evidence.ErrApprovalNotFound) {
+		t.Errorf("unknown approval = %v, want ErrApprovalNotFound", err)
+	}
+	// The approval event kind is chained evidence on the call's receipt.
+	w := evidence.NewWriter(s, evidence.WriterOptions{InstanceID: "inst-approval"})
+	body, _ := json.Marshal(evidence.ApprovalBody{ApprovalID: p.ID.String(), Action: evidence.ApprovalActionApproved, By: "approver-a", Reason: "ok"})
+	if err := w.Append(ctx, evidence.Event{Kind: evidence.KindApproval, ReceiptID: p.ReceiptID, Body: body}); err != nil {
+		t.Fatalf("Append approval event: %v", err)
+	}
+	closeWriter(t, w)
+}
