@@ -107,10 +107,17 @@ func (s *Server) refuseAuth(c echo.Context, method string, err error) error {
 	if f.Unavailable {
 		we.Code = wire.CodeBackendUnavailable
 		c.Response().Header().Set("Retry-After", "5")
-	} else if method == identity.AuthJWT {
-		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="portcullis", error="invalid_token"`)
 	} else {
-		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="portcullis"`)
+		challenge := `Bearer realm="portcullis"`
+		if method == identity.AuthJWT {
+			challenge += `, error="invalid_token"`
+		}
+		if u := resourceMetadataURL(c.Request()); s.opts.ProtectedResource != nil && u != "" {
+			// RFC 9728 §5.1: where the client finds the authorization
+			// server to get a token from (the MCP authorization spec).
+			challenge += `, resource_metadata="` + u + `"`
+		}
+		c.Response().Header().Set("WWW-Authenticate", challenge)
 	}
 	return we // errorHandler answers it in the route's shape
 }

@@ -67,10 +67,25 @@ type rpcResponse struct {
 
 // mcpTool is one entry of a tools/list result.
 type mcpTool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"inputSchema"`
+	Name         string          `json:"name"`
+	Description  string          `json:"description"`
+	InputSchema  json.RawMessage `json:"inputSchema"`
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+	Annotations  map[string]any  `json:"annotations,omitempty"`
 }
+
+// annotated is a tool with MCP behaviour hints (tools.Hints; an upstream
+// tool passes on its server's).
+type annotated interface {
+	Annotations() map[string]any
+}
+
+// toolOutputSchema is every tool's outputSchema: structuredContent is the
+// call's ToolOutput (mcpCallResult), whatever the tool.
+var toolOutputSchema = json.RawMessage(`{"type":"object","required":["success","data","error","metadata"],` +
+	`"properties":{"success":{"type":"boolean"},"data":{},` +
+	`"error":{"anyOf":[{"type":"null"},{"type":"object","required":["code","message"],"properties":{"code":{"type":"string"},"message":{"type":"string"},"details":{"type":["object","null"]}}}]},` +
+	`"metadata":{"type":["object","null"]}}}`)
 
 type mcpContent struct {
 	Type string `json:"type"`
@@ -231,7 +246,7 @@ func (s *Server) mcpPost(c echo.Context) error {
 	case "ping":
 		result = map[string]any{}
 	case "tools/list":
-		result, rerr = s.mcpToolsList(r.Context(), p)
+		result, rerr = s.mcpToolsList(r.Context(), p, sess)
 	case "tools/call":
 		result, rerr = s.mcpToolsCall(r.Context(), p, sess, msg.Params)
 	default:
@@ -279,18 +294,33 @@ func (s *Server) mcpInitialize(c echo.Context, p wire.Principal, msg rpcMessage)
 }
 
 // mcpToolsList is tools/list: exactly the tools GET /v1/tools shows this
-// caller, their parameter schemas as inputSchema.
-func (s *Server) mcpToolsList(ctx context.Context, p wire.Principal) (any, *rpcError) {
+// caller, their parameter schemas as inputSchema, their behaviour hints as
+// annotations and, for revisions with structuredContent, the ToolOutput
+// schema as outputSchema.
+func (s *Server) mcpToolsList(ctx context.Context, p wire.Principal, sess *mcpSession) (any, *rpcError) {
 	tools, err := s.visibleTools(ctx, p)
 	if err != nil {
 		return nil, rpcErrorOf(rpcInternalError, wire.Wrap(wire.CodeInternal, "mcp: tools/list", err, "policy evaluation failed"))
 	}
 	out := make([]mcpTool, 0, len(tools))
 	for _, t := range tools {
-		out = append(out, mcpTool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: t.Function.Parameters})
+		mt := mcpTool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: t.Function.Parameters}
+		if tool, ok := s.lookupTool(t.Function.Name); ok {
+			if a, ok := tool.(annotated); ok {
+				mt.Annotations = a.Annotations()
+			}
+		}
+		if structured(sess) {
+			mt.OutputSchema = toolOutputSchema
+		}
+		out = append(out, mt)
 	}
 	return map[string]any{"tools": out}, nil
 }
+
+// structured is whether the session's revision has structuredContent
+// (2025-06-18 on).
+func structured(sess *mcpSession) bool { return sess.version != "2025-03-26" }
 
 // mcpToolsCall is tools/call through the governed pipeline. The MCP session
 // is the call's session_id unless the client names one in
@@ -352,7 +382,7 @@ func (s *Server) mcpToolsCall(ctx context.Context, p wire.Principal, sess *mcpSe
 		return nil, rpcErrorOf(rpcInternalError, wire.Wrap(wire.CodeInternal, "mcp: encode output", err, "could not encode the tool output"))
 	}
 	out := mcpCallResult{Content: []mcpContent{{Type: "text", Text: string(text)}}, IsError: !resp.Output.Success, Meta: meta}
-	if sess.version != "2025-03-26" {
+	if structured(sess) {
 		out.StructuredContent = &resp.Output
 	}
 	return out, nil

@@ -113,6 +113,10 @@ type Options struct {
 	// TracerProvider makes the server's spans; nil: the global one
 	// (otel.GetTracerProvider, which serve sets up).
 	TracerProvider trace.TracerProvider
+	// ProtectedResource, when set (JWT auth configured), is served as the
+	// MCP endpoint's OAuth 2.0 protected-resource metadata (RFC 9728);
+	// nil answers its well-known URLs 404 (mcp_meta.go).
+	ProtectedResource *ProtectedResource
 	// Upstreams, when set, serves the governed MCP servers' tools beside
 	// the built-ins (catalogue.go, upstreams.go).
 	Upstreams Upstreams
@@ -220,6 +224,7 @@ func New(opts Options) *Server {
 	s.evidenceRoutes(e)
 	s.holdRoutes(e)
 	s.mcpRoutes(e)
+	s.protectedResourceRoutes(e)
 	s.upstreamRoutes(e)
 	s.approvalRoutes(e)
 	// The evidence explorer's static page (gateway/ui, docs/explorer.md);
@@ -264,7 +269,8 @@ func requestID(c echo.Context) string {
 	return c.Response().Header().Get(echo.HeaderXRequestID)
 }
 
-var publicPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true, "/openapi.json": true}
+var publicPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true, "/openapi.json": true,
+	protectedResourcePaths[0]: true, protectedResourcePaths[1]: true}
 
 // authenticate resolves the bearer key to a principal. The key is hashed and
 // compared in constant time against every configured hash, so neither the

@@ -193,3 +193,18 @@ func ProgramResult(op string, data any, res sandbox.Result, backend string, meta
 	}
 	return out, nil
 }
+
+// Hints are a tool's behaviour hints as MCP's tools/list annotations name
+// them: readOnlyHint (changes nothing), destructiveHint (may change or
+// delete what exists; meaningful when not read-only), idempotentHint
+// (repeating a call has no further effect) and openWorldHint (reaches
+// beyond the gateway's host: the network, other processes). A tool offers
+// them with an Annotations() map[string]any method; they are advice to
+// clients and models, never a control: the policy decides.
+func Hints(readOnly, destructive, idempotent, openWorld bool) map[string]any {
+	h := map[string]any{"readOnlyHint": readOnly, "idempotentHint": idempotent, "openWorldHint": openWorld}
+	if !readOnly {
+		h["destructiveHint"] = destructive
+	}
+	return h
+}

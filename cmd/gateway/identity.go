@@ -20,9 +20,10 @@ import (
 // identityStack is what serve builds from auth.jwt, tls and the principals'
 // client_cert_subject (docs/authentication.md).
 type identityStack struct {
-	jwt   *identity.JWTVerifier
-	certs *identity.CertMapper
-	tls   *identity.TLSFiles
+	jwt       *identity.JWTVerifier
+	jwtIssuer string
+	certs     *identity.CertMapper
+	tls       *identity.TLSFiles
 }
 
 // openIdentity builds the JWT verifier (fetching the issuer's keys once),
@@ -39,7 +40,7 @@ func openIdentity(ctx context.Context, cfg config.Config, log *slog.Logger) (*id
 		if err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}
-		st.jwt = v
+		st.jwt, st.jwtIssuer = v, j.Issuer
 	}
 	if cfg.TLS.Enabled() {
 		minVer, _ := cfg.TLS.MinTLSVersion() // validated
@@ -88,6 +89,7 @@ func jwtConfig(j config.JWT, reserved []string, log *slog.Logger) identity.JWTCo
 func (st *identityStack) wire(o *gateway.Options) {
 	if st.jwt != nil {
 		o.JWT = st.jwt
+		o.ProtectedResource = &gateway.ProtectedResource{AuthorizationServers: []string{st.jwtIssuer}}
 	}
 	if st.certs != nil {
 		o.ClientCerts = st.certs

@@ -83,6 +83,9 @@ func New(opts Options) *Tool {
 // Name is the wire name "code.run".
 func (t *Tool) Name() string { return ToolName }
 
+// Annotations: code can write in its grants and call other tools.
+func (t *Tool) Annotations() map[string]any { return tools.Hints(false, true, false, true) }
+
 // Description tells a model how to call the tool correctly the first time.
 func (t *Tool) Description() string {
 	return "Run TypeScript or JavaScript in a Deno sandbox. The code may read and write only the granted directories, " +

@@ -74,6 +74,10 @@ func currentUser() string {
 // Name is the wire name "Exec".
 func (t *Tool) Name() string { return ToolName }
 
+// Annotations: a program can change anything it is granted, and reach
+// whatever the network posture allows.
+func (t *Tool) Annotations() map[string]any { return tools.Hints(false, true, false, true) }
+
 // Description tells a model how to call the tool correctly the first time,
 // and which argv shapes the shipped passive profile refuses, so that it
 // does not learn them one refusal at a time (the Modulatio design lists

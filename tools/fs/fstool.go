@@ -170,6 +170,12 @@ func (t *tool) Name() string                { return t.name }
 func (t *tool) Description() string         { return t.desc }
 func (t *tool) Parameters() json.RawMessage { return t.schema.JSON() }
 
+// Annotations: list, read and search change nothing; write replaces a
+// file (the same content twice is one change), apply_patch edits one.
+func (t *tool) Annotations() map[string]any {
+	return tools.Hints(!t.write, t.write, t.name == NameWrite, false)
+}
+
 // The tools' schemas, advertised and enforced (inputschema).
 var (
 	listInput   = inputschema.MustCompile(NameList, listSchema)

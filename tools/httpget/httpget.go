@@ -71,6 +71,9 @@ func New(opts Options) *Tool {
 // Name is the wire name "http.get".
 func (t *Tool) Name() string { return ToolName }
 
+// Annotations: one GET, changing nothing here, reaching the network.
+func (t *Tool) Annotations() map[string]any { return tools.Hints(true, false, true, true) }
+
 // Description tells a model how to call the tool correctly the first time.
 func (t *Tool) Description() string {
 	return "Fetch one http:// or https:// URL with GET, under the network policy. " +

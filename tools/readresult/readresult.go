@@ -62,6 +62,9 @@ func Results(ts []tools.Tool) *results.Store {
 
 func (t *Tool) Name() string { return Name }
 
+// Annotations: it reads back a kept result.
+func (t *Tool) Annotations() map[string]any { return tools.Hints(true, false, true, false) }
+
 func (t *Tool) Description() string {
 	return fmt.Sprintf("Read back the full result (ToolOutput) of one of your own earlier tool calls in this session, by the receipt_id its answer carried, "+
 		"for output that was cut or dropped from your context. Only calls you made in the same session_id; results are kept %s, with secrets redacted, "+

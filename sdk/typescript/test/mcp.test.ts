@@ -40,6 +40,12 @@ test("official MCP client: initialize, list, call allowed and denied tools", asy
   const exec = tools.find((t) => t.name === "Exec")!;
   assert.equal(exec.inputSchema.type, "object");
   assert.ok(exec.inputSchema.properties && "argv" in exec.inputSchema.properties);
+  // Behaviour hints, and an outputSchema the client validates each
+  // structuredContent against (callTool below would throw on a mismatch).
+  assert.equal(exec.annotations?.destructiveHint, true);
+  assert.equal(tools.find((t) => t.name === "fs.read")!.annotations?.readOnlyHint, true);
+  assert.equal(tools.find((t) => t.name === "fs.write")!.annotations?.readOnlyHint, false);
+  assert.equal(exec.outputSchema?.type, "object");
   // Same tools, same schemas as GET /v1/tools.
   const rest = await new Client(gw.url, gw.keys.agent).tools();
   assert.deepEqual(tools.map((t) => t.inputSchema), rest.map((t) => t.function.parameters));
