@@ -333,8 +333,11 @@ func TestUpstreamFilesystemConfined(t *testing.T) {
 	writeFile(t, filepath.Join(inside, "note.txt"), []byte("inside the grant\n"))
 	writeFile(t, filepath.Join(outside, "secret.txt"), []byte("outside the grant\n"))
 	d := upstreamDeployment(t, []string{"files.read_text_file"},
-		map[string][]map[string]string{"files": {{"path": modules, "mode": "r"}, {"path": inside, "mode": "r"}}},
+		map[string][]map[string]string{"files": {{"path": modules, "mode": "r"}, {"path": inside, "mode": "rw"}}},
 		fmt.Sprintf("  - name: files\n    command: [%s, %s, %s]\n", q(node), q(server), q(root)))
+	// agent-narrow alone may write: the control that a dispatched write
+	// does reach the server and leave a file.
+	grantPrincipalTools(t, d, agentNarrow, "files.write_file")
 	g := d.start(t)
 	agent := d.keys[agentFull]
 	waitUpstream(t, g, "files", "ready")
@@ -350,6 +353,51 @@ func TestUpstreamFilesystemConfined(t *testing.T) {
 	if out.status != http.StatusOK || out.errCode() != "tool_error" {
 		t.Fatalf("outside read: want 200 tool_error (the server's own refusal), got %d %s", out.status, out.body)
 	}
+
+	// A denied call never reaches the server: the write it would have done
+	// is not there. The same call by a principal granted it is.
+	write := func(key, name string) *toolCallResult {
+		return g.call(t, key, map[string]any{"tool": "files.write_file", "input": map[string]any{"path": filepath.Join(inside, name), "content": "written\n"}})
+	}
+	if denied := write(agent, "denied.txt"); denied.status != http.StatusForbidden || denied.errCode() != "permission_denied" {
+		t.Fatalf("write_file without a grant: %d %s", denied.status, denied.body)
+	}
+	if _, err := os.Stat(filepath.Join(inside, "denied.txt")); !os.IsNotExist(err) {
+		t.Fatalf("a denied write_file reached the server: the file exists (%v)", err)
+	}
+	if allowed := write(d.keys[agentNarrow], "allowed.txt"); !allowed.Output.Success {
+		t.Fatalf("write_file granted: %s", allowed.body)
+	}
+	if b, err := os.ReadFile(filepath.Join(inside, "allowed.txt")); err != nil || string(b) != "written\n" {
+		t.Fatalf("the granted write did not reach the server: %q %v", b, err)
+	}
+}
+
+// grantPrincipalTools grants tools to one principal in the shipped
+// library's data (config.principals), beside its role's.
+func grantPrincipalTools(t *testing.T, d *deployment, principal string, tools ...string) {
+	t.Helper()
+	path := filepath.Join(d.bundleDir, "data.json")
+	var data map[string]any
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &data); err != nil {
+		t.Fatal(err)
+	}
+	cfg := data["portcullis"].(map[string]any)["config"].(map[string]any)
+	ps, _ := cfg["principals"].(map[string]any)
+	if ps == nil {
+		ps = map[string]any{}
+		cfg["principals"] = ps
+	}
+	grants := map[string]any{}
+	for _, tool := range tools {
+		grants[tool] = map[string]any{}
+	}
+	ps[principal] = map[string]any{"tools": grants}
+	writeJSON(t, path, data)
 }
 
 // TestUpstreamHTTPEverything fronts server-everything's Streamable HTTP
