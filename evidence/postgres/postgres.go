@@ -577,6 +577,22 @@ func (s *Store) RawExec(ctx context.Context, sql string) error {
 	return err
 }
 
+// MigrateDownTo rolls the schema back to version v with the migrations'
+// Down sections. It exists for tests that upgrade an older store.
+func (s *Store) MigrateDownTo(ctx context.Context, v int64) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
+	db := stdlib.OpenDBFromPool(s.pool)
+	defer db.Close()
+	p, err := newProvider(db)
+	if err != nil {
+		return err
+	}
+	_, err = p.DownTo(ctx, v)
+	return err
+}
+
 // Close stops maintenance and closes the pool.
 func (s *Store) Close() error {
 	s.stopOnce.Do(func() {

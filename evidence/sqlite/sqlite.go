@@ -528,6 +528,20 @@ func (s *Store) RawExec(ctx context.Context, q string) error {
 	return err
 }
 
+// MigrateDownTo rolls the schema back to version v with the migrations'
+// Down sections. It exists for tests that upgrade an older store.
+func (s *Store) MigrateDownTo(ctx context.Context, v int64) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
+	p, err := newProvider(s.writer)
+	if err != nil {
+		return err
+	}
+	_, err = p.DownTo(ctx, v)
+	return err
+}
+
 // Close closes both connection pools. For a store opened with
 // OpenReadOnly it also reports whether the file changed while it was read
 // (ErrChangedWhileRead): what was read may then not be one state of it.

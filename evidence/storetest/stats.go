@@ -165,9 +165,9 @@ func RuleRollupBackfill(t *testing.T, open func(t *testing.T) (evidence.Store, e
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, ok := s.(RawExecer)
+	down, ok := s.(Downgrader)
 	if !ok {
-		t.Fatalf("%T cannot run raw statements", s)
+		t.Fatalf("%T cannot migrate down", s)
 	}
 	k := newKeys(t, "test.portcullis/backfill")
 	w := evidence.NewWriter(s, evidence.WriterOptions{InstanceID: "inst-b"})
@@ -184,10 +184,10 @@ func RuleRollupBackfill(t *testing.T, open func(t *testing.T) (evidence.Store, e
 		t.Fatal(err)
 	}
 	pass(t, c, 4)
-	for _, stmt := range []string{"DROP TABLE evidence_rollup_rules_hourly", "DELETE FROM portcullis_schema_version WHERE version_id = 6"} {
-		if err := raw.RawExec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
+	// Back to the schema before the rule rollup (migration 6), with every
+	// later migration undone too, as a store of that age would be.
+	if err := down.MigrateDownTo(ctx, 5); err != nil {
+		t.Fatalf("migrate down to 5: %v", err)
 	}
 	w = evidence.NewWriter(s, evidence.WriterOptions{InstanceID: "inst-b"})
 	d := decision(t, "new")

@@ -32,6 +32,12 @@ type RawExecer interface {
 	RawExec(ctx context.Context, sql string) error
 }
 
+// Downgrader rolls a store's schema back to an older version, so a test can
+// upgrade a store of that age.
+type Downgrader interface {
+	MigrateDownTo(ctx context.Context, version int64) error
+}
+
 // Run runs the suite. open must return a fresh, empty store for each call
 // and arrange its cleanup (including Close) with t.Cleanup.
 func Run(t *testing.T, open func(t *testing.T) evidence.Store) {
