@@ -3,13 +3,9 @@ package tests
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -26,23 +22,7 @@ func TestUpstreamEchoLatency(t *testing.T) {
 	if os.Getenv("PORTCULLIS_BENCH_UPSTREAM") != "1" {
 		t.Skip("a measurement, not a test: PORTCULLIS_BENCH_UPSTREAM=1 runs it")
 	}
-	node, modules := mcpServers(t)
-	server := filepath.Join(modules, "@modelcontextprotocol/server-everything/dist/index.js")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(node, server, "streamableHttp")
-	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
-	cmd.SysProcAttr = dieWithParent()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitListening(t, port)
-	direct := fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
+	direct := startEverythingHTTP(t)
 
 	d := upstreamDeployment(t, []string{"web.echo"}, nil,
 		fmt.Sprintf("  - name: web\n    url: %q\n    allow_networks: [\"127.0.0.1/32\"]\n", direct))

@@ -400,10 +400,10 @@ func grantPrincipalTools(t *testing.T, d *deployment, principal string, tools ..
 	writeJSON(t, path, data)
 }
 
-// TestUpstreamHTTPEverything fronts server-everything's Streamable HTTP
-// mode on loopback: reachable only because the config grants 127.0.0.1
-// (allow_networks); the egress checks refuse loopback otherwise.
-func TestUpstreamHTTPEverything(t *testing.T) {
+// startEverythingHTTP runs server-everything in its Streamable HTTP mode
+// on a free loopback port until the test ends, and answers its MCP URL.
+func startEverythingHTTP(t *testing.T) string {
+	t.Helper()
 	node, modules := mcpServers(t)
 	server := filepath.Join(modules, "@modelcontextprotocol/server-everything/dist/index.js")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -420,8 +420,14 @@ func TestUpstreamHTTPEverything(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	waitListening(t, port)
+	return fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
+}
 
-	url := fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
+// TestUpstreamHTTPEverything fronts server-everything's Streamable HTTP
+// mode on loopback: reachable only because the config grants 127.0.0.1
+// (allow_networks); the egress checks refuse loopback otherwise.
+func TestUpstreamHTTPEverything(t *testing.T) {
+	url := startEverythingHTTP(t)
 	token := "http-secret-" + randHex(t, 16)
 	d := upstreamDeployment(t, []string{"web.echo"}, nil, fmt.Sprintf(
 		"  - name: web\n    url: %q\n    allow_networks: [\"127.0.0.1/32\"]\n    headers: {X-Api-Key: {secret: {env: E2E_HTTP_TOKEN}, prefix: \"Key \"}}\n"+
