@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"mime"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/propagation"
@@ -242,19 +244,24 @@ func (s *Server) mcpPost(c echo.Context) error {
 
 	var result any
 	var rerr *rpcError
+	var prog *mcpProgress
 	switch msg.Method {
 	case "ping":
 		result = map[string]any{}
 	case "tools/list":
 		result, rerr = s.mcpToolsList(r.Context(), p, sess)
 	case "tools/call":
-		result, rerr = s.mcpToolsCall(r.Context(), p, sess, msg.Params)
+		prog = progressFor(c, msg.Params)
+		result, rerr = s.mcpToolsCall(r.Context(), p, sess, msg.Params, prog)
 	default:
 		rerr = rpcErrorOf(rpcMethodNotFound, wire.FieldError(wire.CodeInvalidInput, "method", "method %q not found; this server offers tools (tools/list, tools/call) and ping", truncate(msg.Method, 100)))
 	}
 	resp := rpcResponse{JSONRPC: "2.0", ID: msg.ID, Result: result, Error: rerr}
 	if rerr != nil {
 		resp.Result = nil
+	}
+	if prog != nil && prog.started {
+		return prog.event(resp) // the stream's last event
 	}
 	return c.JSON(http.StatusOK, resp)
 }
@@ -327,7 +334,7 @@ func structured(sess *mcpSession) bool { return sess.version != "2025-03-26" }
 // _meta["portcullis/session_id"]; _meta["portcullis/call_id"] sets call_id.
 // A W3C traceparent in _meta continues the caller's trace as the HTTP
 // header would.
-func (s *Server) mcpToolsCall(ctx context.Context, p wire.Principal, sess *mcpSession, raw json.RawMessage) (any, *rpcError) {
+func (s *Server) mcpToolsCall(ctx context.Context, p wire.Principal, sess *mcpSession, raw json.RawMessage, prog *mcpProgress) (any, *rpcError) {
 	var params struct {
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
@@ -362,7 +369,11 @@ func (s *Server) mcpToolsCall(ctx context.Context, p wire.Principal, sess *mcpSe
 		return nil, rpcErrorOf(rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params.arguments", "tools/call arguments are not JSON"))
 	}
 	status, resp := s.governedCall(ctx, in)
-	status, resp = s.AwaitApproval(ctx, status, resp, nil) // a parked call: wait up to approvals.mcp_wait (approvals.go)
+	var progress func(elapsed, total time.Duration)
+	if prog != nil {
+		progress = prog.notify
+	}
+	status, resp = s.AwaitApproval(ctx, status, resp, progress) // a parked call: wait up to approvals.mcp_wait (approvals.go)
 	meta := map[string]any{"portcullis/status": status}
 	if resp.ReceiptID != "" {
 		meta["portcullis/receipt_id"] = resp.ReceiptID
@@ -388,20 +399,78 @@ func (s *Server) mcpToolsCall(ctx context.Context, p wire.Principal, sess *mcpSe
 	return out, nil
 }
 
+// mcpProgress is a tools/call answered as Server-Sent Events once there is
+// progress to report: the client gave _meta.progressToken and accepts
+// text/event-stream. The answer stays one JSON body until the first
+// notification (a call that is not parked never streams); after it, each
+// notifications/progress is an event and the response is the last one.
+type mcpProgress struct {
+	c       echo.Context
+	token   json.RawMessage
+	started bool
+}
+
+// progressFor is the progress stream of a tools/call request, or nil.
+func progressFor(c echo.Context, params json.RawMessage) *mcpProgress {
+	if !acceptsMedia(c.Request().Header.Values(echo.HeaderAccept), "text/event-stream") {
+		return nil
+	}
+	var p struct {
+		Meta struct {
+			ProgressToken json.RawMessage `json:"progressToken"`
+		} `json:"_meta"`
+	}
+	if json.Unmarshal(params, &p) != nil || validID(p.Meta.ProgressToken) == nil {
+		return nil // absent, or not a string or integer
+	}
+	return &mcpProgress{c: c, token: p.Meta.ProgressToken}
+}
+
+// notify sends notifications/progress: seconds waited of the most the
+// call waits (approvals.mcp_wait).
+func (p *mcpProgress) notify(elapsed, total time.Duration) {
+	if !p.started {
+		h := p.c.Response().Header()
+		h.Set(echo.HeaderContentType, "text/event-stream")
+		h.Set(echo.HeaderCacheControl, "no-cache")
+		p.c.Response().WriteHeader(http.StatusOK)
+		p.started = true
+	}
+	_ = p.event(map[string]any{"jsonrpc": "2.0", "method": "notifications/progress", "params": map[string]any{
+		"progressToken": p.token, "progress": elapsed.Seconds(), "total": total.Seconds(),
+		"message": "waiting for a person to approve the call"}})
+}
+
+// event writes one SSE message event and flushes it.
+func (p *mcpProgress) event(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(p.c.Response(), "event: message\ndata: %s\n\n", b); err != nil {
+		return err
+	}
+	p.c.Response().Flush()
+	return nil
+}
+
 // acceptsJSON reports whether an Accept header admits application/json. A
 // missing header admits anything.
 func acceptsJSON(values []string) bool {
-	if len(values) == 0 {
-		return true
-	}
+	return len(values) == 0 || acceptsMedia(values, "application/json")
+}
+
+// acceptsMedia reports whether Accept header values name the media type
+// want (or its type's wildcard, or */*).
+func acceptsMedia(values []string, want string) bool {
+	major, _, _ := strings.Cut(want, "/")
 	for _, v := range values {
 		for _, part := range strings.Split(v, ",") {
 			mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
 			if err != nil {
 				continue
 			}
-			switch mt {
-			case "application/json", "application/*", "*/*":
+			if mt == want || mt == major+"/*" || mt == "*/*" {
 				return true
 			}
 		}

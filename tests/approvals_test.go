@@ -498,4 +498,59 @@ func TestApprovalsCLIAndMCP(t *testing.T) {
 			t.Errorf("MCP result %q does not name approval_required and the approval %s", text, id)
 		}
 	}
+
+	// With a progress token the wait streams notifications/progress (SSE)
+	// and ends with the response as the last event.
+	st, ctype, events := mcpPostSSE(t, g, d.keys[agentFull], sid,
+		`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"Exec","arguments":{"argv":["/usr/bin/true"]},"_meta":{"progressToken":"tok-8"}}}`)
+	if st != http.StatusOK || !strings.HasPrefix(ctype, "text/event-stream") || len(events) < 2 {
+		t.Fatalf("tools/call with a progress token = %d %q, %d events; want an event stream", st, ctype, len(events))
+	}
+	last := 0.0
+	for i, ev := range events[:len(events)-1] {
+		var n struct {
+			Method string `json:"method"`
+			Params struct {
+				ProgressToken string  `json:"progressToken"`
+				Progress      float64 `json:"progress"`
+				Total         float64 `json:"total"`
+			} `json:"params"`
+		}
+		if err := json.Unmarshal([]byte(ev), &n); err != nil || n.Method != "notifications/progress" || n.Params.ProgressToken != "tok-8" ||
+			n.Params.Total != 1 || (i > 0 && n.Params.Progress <= last) {
+			t.Errorf("event %d = %s: want notifications/progress for tok-8, increasing, of total 1", i, ev)
+		}
+		last = n.Params.Progress
+	}
+	var final mcpToolResult
+	if err := json.Unmarshal([]byte(events[len(events)-1]), &final); err != nil || !final.Result.IsError {
+		t.Errorf("the stream's last event is not the tools/call result: %s", events[len(events)-1])
+	}
+}
+
+// mcpPostSSE posts one message and reads an SSE answer: status, content
+// type and the data of each event.
+func mcpPostSSE(t *testing.T, g *gateway, key, session, body string) (int, string, []string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, g.baseURL+"/mcp", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", session)
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var events []string
+	for _, block := range strings.Split(string(b), "\n\n") {
+		for _, line := range strings.Split(block, "\n") {
+			if data, ok := strings.CutPrefix(line, "data: "); ok {
+				events = append(events, data)
+			}
+		}
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), events
 }
