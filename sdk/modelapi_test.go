@@ -151,6 +151,23 @@ func checkKeys(what string, m map[string]any, allowed ...string) error {
 	return nil
 }
 
+// checkTool is what both APIs check of one tool: a name matching their
+// pattern, unique among the tools, and an object JSON Schema for its input.
+func checkTool(nameRE *regexp.Regexp, seen map[string]bool, field string, rawName, schema any) error {
+	name, _ := rawName.(string)
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("%s %q does not match %s", field, name, nameRE)
+	}
+	if seen[name] {
+		return fmt.Errorf("duplicate tool name %q", name)
+	}
+	seen[name] = true
+	if err := jsonSchemaObject(schema); err != nil {
+		return fmt.Errorf("tool %s: %w", name, err)
+	}
+	return nil
+}
+
 // validateOpenAI is what the chat-completions API checks of the parts the
 // loop writes: the tools, and that every tool call of the last assistant
 // message is answered by exactly one tool message.
@@ -173,16 +190,8 @@ func validateOpenAI(nameRE *regexp.Regexp) func(map[string]any, []map[string]any
 			if err := checkKeys("tools[].function", fn, "name", "description", "parameters", "strict"); err != nil {
 				return err
 			}
-			name, _ := fn["name"].(string)
-			if !nameRE.MatchString(name) {
-				return fmt.Errorf("tools[].function.name %q does not match %s", name, nameRE)
-			}
-			if seen[name] {
-				return fmt.Errorf("duplicate tool name %q", name)
-			}
-			seen[name] = true
-			if err := jsonSchemaObject(fn["parameters"]); err != nil {
-				return fmt.Errorf("tool %s: %w", name, err)
+			if err := checkTool(nameRE, seen, "tools[].function.name", fn["name"], fn["parameters"]); err != nil {
+				return err
 			}
 		}
 		msgs, _ := req["messages"].([]any)
@@ -256,16 +265,8 @@ func validateAnthropic(nameRE *regexp.Regexp) func(map[string]any, []map[string]
 			if err := checkKeys("tools[]", tool, "name", "description", "input_schema", "cache_control", "type"); err != nil {
 				return err
 			}
-			name, _ := tool["name"].(string)
-			if !nameRE.MatchString(name) {
-				return fmt.Errorf("tools[].name %q does not match %s", name, nameRE)
-			}
-			if seen[name] {
-				return fmt.Errorf("duplicate tool name %q", name)
-			}
-			seen[name] = true
-			if err := jsonSchemaObject(tool["input_schema"]); err != nil {
-				return fmt.Errorf("tool %s: %w", name, err)
+			if err := checkTool(nameRE, seen, "tools[].name", tool["name"], tool["input_schema"]); err != nil {
+				return err
 			}
 		}
 		if prevResp == nil {

@@ -151,30 +151,7 @@ func TestFSAttackRace(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		p, tmp := filepath.Join(e.work, "file.txt"), filepath.Join(e.work, "file.txt.new")
-		for i := 0; ctx.Err() == nil; i++ {
-			_ = os.Remove(tmp)
-			var err error
-			switch i % 5 {
-			case 0:
-				err = os.Symlink(filepath.Join(e.outside, "same.txt"), tmp)
-			case 1:
-				err = os.Symlink(".env", tmp)
-			case 2:
-				err = os.Link(filepath.Join(e.work, "denied.txt"), tmp)
-			case 3:
-				err = unix.Mkfifo(tmp, 0o644)
-			case 4:
-				err = os.WriteFile(tmp, []byte("plain\n"), 0o644)
-			}
-			if err == nil && os.Rename(tmp, p) == nil {
-				flips.Add(1)
-			}
-			time.Sleep(500 * time.Microsecond)
-		}
-		_ = os.Remove(tmp)
-		_ = os.Remove(p)
-		_ = os.WriteFile(p, []byte("plain\n"), 0o644)
+		testutil.SwapFile(ctx, e.work, e.outside, 500*time.Microsecond, &flips)
 	}()
 
 	type call struct {

@@ -132,31 +132,7 @@ func swapper(ctx context.Context, dir, link string, flips *atomic.Int64) {
 // the plain file. (A hard link needs the denied file to be visible; the
 // OS sandbox hides it from Exec, but the race gives the attacker more.)
 func fileSwapper(ctx context.Context, a *attackTree, flips *atomic.Int64) {
-	p := filepath.Join(a.work, "file.txt")
-	tmp := filepath.Join(a.work, "file.txt.new")
-	for i := 0; ctx.Err() == nil; i++ {
-		_ = os.Remove(tmp)
-		var err error
-		switch i % 5 {
-		case 0:
-			err = os.Symlink(filepath.Join(a.outside, "same.txt"), tmp)
-		case 1:
-			err = os.Symlink(".env", tmp)
-		case 2:
-			err = os.Link(filepath.Join(a.work, "denied.txt"), tmp)
-		case 3:
-			err = unix.Mkfifo(tmp, 0o644)
-		case 4:
-			err = os.WriteFile(tmp, []byte("plain\n"), 0o644)
-		}
-		if err == nil && os.Rename(tmp, p) == nil {
-			flips.Add(1)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-	_ = os.Remove(tmp)
-	_ = os.Remove(p)
-	_ = os.WriteFile(p, []byte("plain\n"), 0o644)
+	testutil.SwapFile(ctx, a.work, a.outside, 100*time.Microsecond, flips)
 }
 
 // attackCalls are what the agent tries while the tree changes under it.
