@@ -530,6 +530,15 @@ func (s *Server) bindState(ctx context.Context, p wire.Principal, req wire.ToolC
 		d.FSGrants, notes = statedir.Unbound(d.FSGrants)
 	} else {
 		grants, n, err := s.opts.StateDirs.Bind(ctx, p.ID, req.SessionID, d.FSGrants)
+		var full *statedir.LimitError
+		if errors.As(err, &full) {
+			secs := int64(full.RetryAfter / time.Second)
+			return &stop{step: "enforce", decision: wire.DecisionDeny,
+				err: &wire.Error{Code: wire.CodeRateLimited,
+					Message: fmt.Sprintf("this principal already holds %d @state directories (sandbox.state_max_per_principal); reuse a session_id, or retry after %ds when the oldest is swept", full.Max, secs),
+					Details: map[string]any{"field": "session_id", "limit": full.Max, "retry_after_s": secs}},
+				reasons: append(slices.Clone(d.Reasons), "state directory limit reached")}
+		}
 		if err != nil {
 			s.log.ErrorContext(ctx, "state directory unavailable; refusing the call", "err", err)
 			return &stop{step: "enforce", decision: wire.DecisionDeny,

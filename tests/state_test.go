@@ -40,6 +40,16 @@ func testStateDir(t *testing.T, d *deployment, backend string) {
 			ps[p]["fs_grants"] = stateGrants
 		}
 	})
+	// A small cap on state directories per principal, to try to pass it.
+	cfg, err := os.ReadFile(d.configPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patched := strings.Replace(string(cfg), "sandbox:\n", "sandbox:\n  state_max_per_principal: 3\n", 1)
+	if patched == string(cfg) {
+		t.Fatal("could not patch the sandbox section of the config")
+	}
+	writeFile(t, d.configPath, []byte(patched))
 	g := d.start(t)
 	call := func(t *testing.T, who, session, tool string, input map[string]any) *toolCallResult {
 		t.Helper()
@@ -60,8 +70,8 @@ func testStateDir(t *testing.T, d *deployment, backend string) {
 	}
 
 	root := filepath.Join(d.dataDir, "state")
-	own := filepath.Join(root, statedir.Name(agentFull, "s1"))
-	for _, dir := range []string{root, own} {
+	own := filepath.Join(root, statedir.Rel(agentFull, "s1"))
+	for _, dir := range []string{root, filepath.Dir(own), own} {
 		fi, err := os.Lstat(dir)
 		if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 			t.Errorf("%s: %v %v, want a 0700 directory", dir, fi, err)
@@ -113,13 +123,8 @@ func testStateDir(t *testing.T, d *deployment, backend string) {
 	if rc, ok := g.getReceipt(t, res.ReceiptID); !ok || !strings.Contains(strings.Join(rc.Reasons, "\n"), "@state grant dropped") {
 		t.Errorf("receipt of a sessionless @state call does not say the grant was dropped: %+v", rc.Reasons)
 	}
-	var names []string
-	if ents, err := os.ReadDir(root); err == nil {
-		for _, e := range ents {
-			names = append(names, e.Name())
-		}
-	}
-	want := []string{statedir.Name(agentFull, "s1"), statedir.Name(agentFull, "s2"), statedir.Name(agentNarrow, "s1")}
+	names := stateDirsUnder(t, root)
+	want := []string{statedir.Rel(agentFull, "s1"), statedir.Rel(agentFull, "s2"), statedir.Rel(agentNarrow, "s1")}
 	slices.Sort(want)
 	if !slices.Equal(names, want) {
 		t.Errorf("state root holds %v, want one directory per principal and session %v (none for the sessionless calls)", names, want)
@@ -134,4 +139,40 @@ func testStateDir(t *testing.T, d *deployment, backend string) {
 			t.Errorf("fs.read %s through a planted symlink: %s", p, r.response)
 		}
 	}
+
+	// Varying session_id cannot make a principal unbounded directories:
+	// at the cap (3 here) a new session is refused with rate_limited and
+	// Retry-After, a receipt, and no directory; a known session still works.
+	if r := call(t, agentFull, "s3", "fs.write", map[string]any{"path": "@state/x.md", "content": "x", "ifMatchSha256": ""}); !r.Output.Success {
+		t.Fatalf("a third session under a cap of 3: %s", r.response)
+	}
+	over := call(t, agentFull, "s4", "fs.write", map[string]any{"path": "@state/x.md", "content": "x", "ifMatchSha256": ""})
+	if over.status != http.StatusTooManyRequests || over.Output.Error == nil || over.Output.Error.Code != "rate_limited" || over.header.Get("Retry-After") == "" {
+		t.Fatalf("a fourth session past the cap: %d %s (Retry-After %q), want 429 rate_limited", over.status, over.response, over.header.Get("Retry-After"))
+	}
+	if _, ok := g.getReceipt(t, over.ReceiptID); !ok {
+		t.Errorf("the refused call has no receipt")
+	}
+	if slices.Contains(stateDirsUnder(t, root), statedir.Rel(agentFull, "s4")) {
+		t.Errorf("the refused session got a directory")
+	}
+	if r := call(t, agentFull, "s2", "fs.list", map[string]any{"path": "@state"}); !r.Output.Success {
+		t.Errorf("a known session at the cap: %s", r.response)
+	}
+}
+
+// stateDirsUnder lists root's state directories as paths relative to it
+// (principal/session), sorted.
+func stateDirsUnder(t *testing.T, root string) []string {
+	t.Helper()
+	var names []string
+	ps, _ := os.ReadDir(root)
+	for _, p := range ps {
+		ss, _ := os.ReadDir(filepath.Join(root, p.Name()))
+		for _, s := range ss {
+			names = append(names, filepath.Join(p.Name(), s.Name()))
+		}
+	}
+	slices.Sort(names)
+	return names
 }

@@ -223,7 +223,7 @@ func stateDirs(ctx context.Context, cfg config.Config, log *slog.Logger) (*state
 		return nil, fmt.Errorf("data_dir: %w", err)
 	}
 	retention := cfg.Sandbox.StateRetention.Std()
-	sd, err := statedir.New(statedir.Options{Root: root, Retention: retention, Logger: log})
+	sd, err := statedir.New(statedir.Options{Root: root, Retention: retention, MaxPerPrincipal: cfg.Sandbox.StateMaxPerPrincipal, Logger: log})
 	if err != nil {
 		return nil, err
 	}

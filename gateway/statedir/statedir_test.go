@@ -2,6 +2,8 @@ package statedir_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,14 +53,14 @@ func TestBind(t *testing.T) {
 	if err != nil || len(notes) != 0 {
 		t.Fatalf("Bind: %v %v", notes, err)
 	}
-	want := filepath.Join(d.Root(), statedir.Name("agent", "s1"))
+	want := filepath.Join(d.Root(), statedir.Rel("agent", "s1"))
 	if len(got) != 2 || got[0] != grants[0] || got[1].Path != want || got[1].Alias != wire.AliasState || got[1].Mode != wire.ModeReadWrite {
 		t.Fatalf("Bind = %+v, want @state at %s", got, want)
 	}
 	if grants[1].Path != "" {
 		t.Errorf("Bind changed its argument: %+v", grants)
 	}
-	for _, dir := range []string{d.Root(), want} {
+	for _, dir := range []string{d.Root(), filepath.Dir(want), want} {
 		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 			t.Errorf("%s: %v %v, want a 0700 directory", dir, fi, err)
 		}
@@ -98,16 +100,16 @@ func TestBindRefusesPlantedPaths(t *testing.T) {
 	target := t.TempDir()
 
 	d, _ := newDirs(t, time.Hour)
-	if err := os.MkdirAll(d.Root(), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(d.Root(), statedir.PrincipalName("agent")), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(target, filepath.Join(d.Root(), statedir.Name("agent", "s1"))); err != nil {
+	if err := os.Symlink(target, filepath.Join(d.Root(), statedir.Rel("agent", "s1"))); err != nil {
 		t.Fatal(err)
 	}
 	if got, _, err := d.Bind(ctx, "agent", "s1", grants); err == nil {
 		t.Errorf("Bind followed a symlink planted as the state directory: %+v", got)
 	}
-	if err := os.WriteFile(filepath.Join(d.Root(), statedir.Name("agent", "s2")), nil, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(d.Root(), statedir.Rel("agent", "s2")), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if got, _, err := d.Bind(ctx, "agent", "s2", grants); err == nil {
@@ -124,6 +126,17 @@ func TestBindRefusesPlantedPaths(t *testing.T) {
 	}
 	if got, _, err := d2.Bind(ctx, "agent", "s1", grants); err == nil {
 		t.Errorf("Bind followed a symlinked state root: %+v", got)
+	}
+	// So is a symlink planted as a principal's directory.
+	d3, _ := newDirs(t, time.Hour)
+	if err := os.MkdirAll(d3.Root(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(d3.Root(), statedir.PrincipalName("agent"))); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := d3.Bind(ctx, "agent", "s1", grants); err == nil {
+		t.Errorf("Bind followed a symlink planted as the principal's directory: %+v", got)
 	}
 	if ents, _ := os.ReadDir(target); len(ents) != 0 {
 		t.Errorf("Bind created %d entries in a symlink's target", len(ents))
@@ -185,6 +198,75 @@ func TestSweep(t *testing.T) {
 		t.Errorf("rebind after sweep: %s", again)
 	} else if ents, _ := os.ReadDir(again); len(ents) != 0 {
 		t.Errorf("a swept session's state came back with %d entries", len(ents))
+	}
+}
+
+// TestBindCapsDirectoriesPerPrincipal: varying session_id cannot make a
+// principal an unbounded number of directories; reusing a session, or
+// another principal, is not affected, and retention frees room.
+func TestBindCapsDirectoriesPerPrincipal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := &clock{t: time.Now()}
+	d, err := statedir.New(statedir.Options{Root: filepath.Join(t.TempDir(), "state"), Retention: time.Hour, MaxPerPrincipal: 3, Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, _, err := d.Bind(ctx, "agent", fmt.Sprint("s", i), grants); err != nil {
+			t.Fatalf("Bind s%d under the cap: %v", i, err)
+		}
+		c.t = c.t.Add(time.Minute)
+	}
+	_, _, err = d.Bind(ctx, "agent", "s3", grants)
+	var le *statedir.LimitError
+	if !errors.As(err, &le) || le.Max != 3 {
+		t.Fatalf("a fourth directory for one principal: %v, want a LimitError with Max 3", err)
+	}
+	// The oldest (s0, used 3 minutes ago) frees in 57 minutes.
+	if le.RetryAfter < 56*time.Minute || le.RetryAfter > 58*time.Minute {
+		t.Errorf("RetryAfter = %s, want about 57m", le.RetryAfter)
+	}
+	if _, err := os.Lstat(filepath.Join(d.Root(), statedir.Rel("agent", "s3"))); !os.IsNotExist(err) {
+		t.Errorf("a refused Bind left a directory behind: %v", err)
+	}
+	if _, _, err := d.Bind(ctx, "agent", "s1", grants); err != nil {
+		t.Errorf("reusing a session at the cap: %v", err)
+	}
+	if _, _, err := d.Bind(ctx, "other", "s3", grants); err != nil {
+		t.Errorf("another principal is capped by agent's directories: %v", err)
+	}
+	c.t = c.t.Add(60 * time.Minute) // s0 and s2 now past retention; s1 was reused
+	if n, err := d.Sweep(ctx); err != nil || n != 2 {
+		t.Fatalf("Sweep removed %d (%v), want 2", n, err)
+	}
+	if _, _, err := d.Bind(ctx, "agent", "s3", grants); err != nil {
+		t.Errorf("Bind after the sweep freed room: %v", err)
+	}
+}
+
+// TestSweepFlatLayout: directories of the earlier layout (root/<h>) are
+// swept by the same rule, and empty principal directories go too.
+func TestSweepFlatLayout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, c := newDirs(t, time.Hour)
+	legacy := filepath.Join(d.Root(), statedir.Name("agent", "old"))
+	if err := os.MkdirAll(filepath.Join(legacy, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(legacy, c.t, c.t); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.Bind(ctx, "agent", "s", grants); err != nil {
+		t.Fatal(err)
+	}
+	c.t = c.t.Add(2 * time.Hour)
+	if n, err := d.Sweep(ctx); err != nil || n != 2 {
+		t.Fatalf("Sweep removed %d (%v), want 2", n, err)
+	}
+	if ents, _ := os.ReadDir(d.Root()); len(ents) != 0 {
+		t.Errorf("state root after the sweep holds %d entries, want none", len(ents))
 	}
 }
 

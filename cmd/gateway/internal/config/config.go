@@ -290,6 +290,9 @@ type Sandbox struct {
 	// StateRetention is how long a per-session @state directory (under
 	// data_dir/state) that no call used is kept before it is swept.
 	StateRetention Duration `yaml:"state_retention"`
+	// StateMaxPerPrincipal caps the @state directories one principal holds
+	// at a time (session ids are the caller's). 0: the default, 256.
+	StateMaxPerPrincipal int `yaml:"state_max_per_principal"`
 }
 
 // DefaultRunAs is the process backend's uid and gid under a root gateway.
@@ -744,6 +747,9 @@ func (c *Config) validateSandbox(p *problems) {
 	}
 	if r := c.Sandbox.StateRetention; r < Duration(time.Hour) || r > Duration(400*24*time.Hour) {
 		p.bad("sandbox.state_retention", "want 1h to 400d (longer than any call runs), got %s", time.Duration(r))
+	}
+	if n := c.Sandbox.StateMaxPerPrincipal; n < 0 || n > 1_000_000 {
+		p.bad("sandbox.state_max_per_principal", "want 0 (the default, 256) to 1000000, got %d", n)
 	}
 	if n := c.Sandbox.MaskMaxEntries; n < 0 || n > 10_000_000 {
 		p.bad("sandbox.mask_max_entries", "want 0 (the default, 200000) to 10000000, got %d", n)
