@@ -419,4 +419,3 @@ func rpcReply(c echo.Context, status int, id json.RawMessage, e *rpcError) error
 	}
 	return c.JSON(status, rpcResponse{JSONRPC: "2.0", ID: id, Error: e})
 }
-
