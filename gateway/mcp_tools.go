@@ -177,7 +177,8 @@ func (s *Server) syncMCPTools(ctx context.Context, ps *mcpServer) error {
 		ps.srv.RemoveTools(gone...)
 	}
 	handler := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return s.mcpToolsCall(ctx, ps, req) // not reached: the middleware serves every tools/call
+		// Not reached: the middleware serves every tools/call.
+		return nil, rpcErr(rpcInternalError, wire.Errorf(wire.CodeInternal, "tools/call is served by the gateway's middleware"))
 	}
 	for name, t := range want {
 		if ps.listed[name] != listing[name] {
@@ -223,7 +224,7 @@ func (s *Server) mcpTool(f wire.FunctionSpec) (*mcp.Tool, error) {
 // header would. A parked call waits up to approvals.mcp_wait, sending
 // notifications/progress when the client gave a progress token and reads
 // SSE.
-func (s *Server) mcpToolsCall(ctx context.Context, ps *mcpServer, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func (s *Server) mcpToolsCall(ctx context.Context, ps *mcpServer, req *mcp.CallToolRequest) (mcp.Result, error) {
 	hreq := s.mcp.requestOf(req, ps)
 	params := req.Params
 	if params == nil {
@@ -297,7 +298,20 @@ func (s *Server) mcpToolsCall(ctx context.Context, ps *mcpServer, req *mcp.CallT
 	if structured(s.mcp.version(sid)) {
 		res.StructuredContent = resp.Output
 	}
-	return res, nil
+	return mcpCallAnswer{res}, nil
+}
+
+// mcpCallAnswer is a tools/call result that always says isError, false
+// too (the SDK leaves false out; clients may read its absence as unknown).
+type mcpCallAnswer struct{ *mcp.CallToolResult }
+
+func (r mcpCallAnswer) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Meta              mcp.Meta      `json:"_meta,omitempty"`
+		Content           []mcp.Content `json:"content"`
+		StructuredContent any           `json:"structuredContent,omitempty"`
+		IsError           bool          `json:"isError"`
+	}{r.Meta, r.Content, r.StructuredContent, r.IsError})
 }
 
 // progressToken is a progress token this server answers with: a string or
