@@ -97,7 +97,13 @@ func (s *Server) mcpGet(c echo.Context) error {
 		return rpcFail(c, nil, rpcInvalidRequest, we)
 	}
 	annotateMCP(r.Context(), "GET", sess.id, nil)
-	return s.mcpServe(c, sess.server, nil, true)
+	open := false
+	defer func() {
+		if open {
+			s.mcp.listening(sess.id, -1)
+		}
+	}()
+	return s.mcpServe(c, sess.server, nil, func() { open = true; s.mcp.listening(sess.id, 1) })
 }
 
 // mcpDelete ends the caller's session.
@@ -107,7 +113,7 @@ func (s *Server) mcpDelete(c echo.Context) error {
 	if we != nil {
 		return rpcFail(c, nil, rpcInvalidRequest, we)
 	}
-	if err := s.mcpServe(c, sess.server, nil, false); err != nil {
+	if err := s.mcpServe(c, sess.server, nil, nil); err != nil {
 		return err
 	}
 	s.mcp.forget(sess.id)
@@ -192,13 +198,13 @@ func (s *Server) mcpPost(c echo.Context) error {
 		if !slices.Contains(mcpNotifications, msg.Method) {
 			return c.NoContent(http.StatusAccepted)
 		}
-		return s.mcpServe(c, sess.server, body, false)
+		return s.mcpServe(c, sess.server, body, nil)
 	}
 	if !slices.Contains(mcpRequests, msg.Method) {
 		return rpcReply(c, http.StatusOK, msg.ID, rpcErrorOf(rpcMethodNotFound, wire.FieldError(wire.CodeInvalidInput, "method",
 			"method %q not found; this server offers tools (tools/list, tools/call) and ping", truncate(msg.Method, 100))))
 	}
-	return s.mcpServe(c, sess.server, body, false)
+	return s.mcpServe(c, sess.server, body, nil)
 }
 
 // mcpInitialize hands an initialize to the SDK, which opens the session
@@ -225,15 +231,16 @@ func (s *Server) mcpInitialize(c echo.Context, p wire.Principal, msg rpcMessage,
 	if err := s.syncMCPTools(c.Request().Context(), ps); err != nil {
 		return rpcReply(c, http.StatusOK, msg.ID, rpcErrorOf(rpcInternalError, wire.Wrap(wire.CodeInternal, "mcp: initialize", err, "policy evaluation failed")))
 	}
-	return s.mcpServe(c, ps, body, false)
+	return s.mcpServe(c, ps, body, nil)
 }
 
 // mcpServe hands the request to the SDK's handler with the caller's MCP
 // server. The body (already read and checked) is put back; Accept admits
 // both answers the SDK may give, and mcpWriter turns an SSE answer that
 // carries only the response into the one JSON body this endpoint has
-// always answered (a client that cannot read SSE never gets one).
-func (s *Server) mcpServe(c echo.Context, ps *mcpServer, body []byte, stream bool) error {
+// always answered (a client that cannot read SSE never gets one). A GET
+// (the session's stream) passes stream, called once the stream is open.
+func (s *Server) mcpServe(c echo.Context, ps *mcpServer, body []byte, stream func()) error {
 	r := c.Request()
 	sse := acceptsMedia(r.Header.Values(echo.HeaderAccept), "text/event-stream")
 	ctx := withMCPServer(r.Context(), ps)
@@ -252,7 +259,7 @@ func (s *Server) mcpServe(c echo.Context, ps *mcpServer, body []byte, stream boo
 	s.mcp.requests.Store(token, &mcpRequest{ctx: ctx, key: ps.key, sse: sse})
 	defer s.mcp.requests.Delete(token)
 
-	w := &mcpWriter{w: c.Response(), header: http.Header{}, sse: sse, stream: stream}
+	w := &mcpWriter{w: c.Response(), header: http.Header{}, sse: sse, stream: stream != nil, onStream: stream}
 	s.mcp.handler.ServeHTTP(w, r)
 	w.finish()
 	return nil

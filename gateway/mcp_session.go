@@ -66,6 +66,7 @@ type mcpSession struct {
 	ss       *mcp.ServerSession
 	version  string // negotiated protocol revision
 	lastUsed time.Time
+	streams  int // open GET streams (notifications/tools/list_changed reach the client on one)
 }
 
 // mcpRequest is what the SDK's handlers learn of the HTTP request they
@@ -197,6 +198,15 @@ func (m *mcpEndpoint) version(id string) string {
 		return sess.version
 	}
 	return ""
+}
+
+// listening counts session id's open GET streams up or down.
+func (m *mcpEndpoint) listening(id string, d int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if sess, ok := m.sessions[id]; ok {
+		sess.streams += d
+	}
 }
 
 // forget drops session id from the table (the SDK has closed it, or is

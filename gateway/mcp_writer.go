@@ -25,6 +25,10 @@ type mcpWriter struct {
 	header http.Header
 	sse    bool // the client accepts text/event-stream
 	stream bool // GET: the answer is the session's stream
+	// onStream, if set, is called when the GET stream is open: the SDK
+	// commits its headers holding the stream, so a notification sent
+	// after this call is delivered on it.
+	onStream func()
 
 	status    int
 	mode      int
@@ -55,6 +59,9 @@ func (m *mcpWriter) WriteHeader(code int) {
 	default:
 		m.mode = mcpPassThrough
 		m.commit(code)
+		if m.stream && code == http.StatusOK && m.onStream != nil {
+			m.onStream()
+		}
 	}
 }
 
