@@ -393,7 +393,8 @@ func validID(id json.RawMessage) json.RawMessage {
 // *wire.Error, whose code gives the HTTP status (codeTable) of a request
 // the transport refused; the JSON-RPC code says which layer refused it
 // (parse, request, method, params, internal). Errors inside an answered
-// request (rpcAnswer, and the results of tools/list and tools/call) are
+// request (the results of tools/list and tools/call, and methods this
+// server does not offer) are
 // HTTP 200, as JSON-RPC has them.
 
 // rpcErrorOf is the JSON-RPC error with code rpc for the contract error we:
@@ -406,11 +407,6 @@ func rpcErrorOf(rpc int, we *wire.Error) *rpcError {
 // we's code, and a JSON-RPC error.
 func rpcFail(c echo.Context, id json.RawMessage, rpc int, we *wire.Error) error {
 	return rpcReply(c, statusOf(we.Code), id, rpcErrorOf(rpc, we))
-}
-
-// rpcAnswer answers a request with a JSON-RPC error, HTTP 200.
-func rpcAnswer(c echo.Context, id json.RawMessage, rpc int, we *wire.Error) error {
-	return rpcReply(c, http.StatusOK, id, rpcErrorOf(rpc, we))
 }
 
 // negotiationFail answers a request refused by HTTP content negotiation

@@ -42,8 +42,6 @@ type mcpEndpoint struct {
 	// requests are the requests being served, by the token the edge puts
 	// in headerMCPRequest (mcpServe).
 	requests sync.Map
-
-	gen mcpGeneration // what the tool sets were last synced against (mcp_tools.go)
 }
 
 // mcpServer is the SDK server of one principal.
