@@ -394,8 +394,7 @@ func validID(id json.RawMessage) json.RawMessage {
 // the transport refused; the JSON-RPC code says which layer refused it
 // (parse, request, method, params, internal). Errors inside an answered
 // request (the results of tools/list and tools/call, and methods this
-// server does not offer) are
-// HTTP 200, as JSON-RPC has them.
+// server does not offer) are HTTP 200, as JSON-RPC has them.
 
 // rpcErrorOf is the JSON-RPC error with code rpc for the contract error we:
 // its message, never its cause.
