@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"mime"
@@ -97,6 +98,13 @@ func (s *Server) mcpGet(c echo.Context) error {
 		return rpcFail(c, nil, rpcInvalidRequest, we)
 	}
 	annotateMCP(r.Context(), "GET", sess.id, nil)
+	// The stream ends when the gateway shuts down (StopMCPStreams), so it
+	// does not hold the shutdown's wait for in-flight requests.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.mcp.stopping, cancel)
+	defer stop()
+	c.SetRequest(r.WithContext(ctx))
 	open := false
 	defer func() {
 		if open {

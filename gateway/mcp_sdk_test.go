@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/sha256"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -193,5 +194,44 @@ func TestMCPSessionBoundToPrincipal(t *testing.T) {
 	}
 	if rid, _ := res.Meta["portcullis/receipt_id"].(string); rid == "" {
 		t.Errorf("owner's call has no receipt id: %+v", res.Meta)
+	}
+}
+
+// TestMCPStreamsEndAtShutdown: StopMCPStreams (serve calls it when the
+// shutdown begins) ends an open GET stream, which would otherwise hold
+// http.Server.Shutdown for its whole grace; the session itself stays.
+func TestMCPStreamsEndAtShutdown(t *testing.T) {
+	t.Parallel()
+	ev := &memEvidence{}
+	s := New(Options{
+		Keys:   []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
+		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
+		MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+	})
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	sid := mcpInit(t, ts.URL, agentKey)
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a bound, not an assertion
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/mcp", nil)
+	req.Header.Set("Authorization", "Bearer "+agentKey)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set(headerMCPSession, sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first := make([]byte, 5)
+	if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != ": ok\n" {
+		t.Fatalf("stream start %q %v", first, err)
+	}
+	s.StopMCPStreams()
+	if _, err := io.ReadAll(resp.Body); err != nil {
+		t.Fatalf("the stream did not end cleanly: %v", err)
+	}
+	if a := mcpDo(t, ts.URL, http.MethodPost, agentKey, sid, `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil); a.status != http.StatusOK || a.msg.Error != nil {
+		t.Errorf("the session after its stream ended: %d %s", a.status, a.raw)
 	}
 }

@@ -42,6 +42,10 @@ type mcpEndpoint struct {
 	// requests are the requests being served, by the token the edge puts
 	// in headerMCPRequest (mcpServe).
 	requests sync.Map
+
+	// stopping ends when the gateway shuts down: the GET streams close.
+	stopping context.Context
+	stop     context.CancelFunc
 }
 
 // mcpServer is the SDK server of one principal.
@@ -77,8 +81,16 @@ type mcpRequest struct {
 }
 
 func newMCPEndpoint(now func() time.Time) *mcpEndpoint {
-	return &mcpEndpoint{now: now, servers: map[string]*mcpServer{}, sessions: map[string]*mcpSession{}}
+	m := &mcpEndpoint{now: now, servers: map[string]*mcpServer{}, sessions: map[string]*mcpSession{}}
+	m.stopping, m.stop = context.WithCancel(context.Background())
+	return m
 }
+
+// StopMCPStreams ends the MCP sessions' GET streams (clients reconnect
+// them; the sessions stay). http.Server.Shutdown waits for every request
+// in flight, which a stream never stops being: serve registers this with
+// RegisterOnShutdown.
+func (s *Server) StopMCPStreams() { s.mcp.stop() }
 
 // principalKey names a principal exactly: id, roles and attributes. Two
 // credentials of one id with different roles or claims get different MCP
