@@ -236,6 +236,11 @@ func (s *Server) mcpInitialize(c echo.Context, p wire.Principal, msg rpcMessage,
 		return rpcFail(c, msg.ID, rpcInternalError, wire.Errorf(wire.CodeBackendUnavailable, "too many open MCP sessions on this gateway; retry later"))
 	}
 	defer s.mcp.admitted(ps)
+	// An initialize opens a new session: an Mcp-Session-Id it carries
+	// (perhaps another principal's) must not route it to that session.
+	r := c.Request()
+	r.Header = r.Header.Clone()
+	r.Header.Del(headerMCPSession)
 	if err := s.syncMCPTools(c.Request().Context(), ps); err != nil {
 		return rpcReply(c, http.StatusOK, msg.ID, rpcErrorOf(rpcInternalError, wire.Wrap(wire.CodeInternal, "mcp: initialize", err, "policy evaluation failed")))
 	}

@@ -187,6 +187,11 @@ func TestMCPSessionBoundToPrincipal(t *testing.T) {
 	if n := tool.runs.Load(); n != 0 {
 		t.Fatalf("the tool ran %d times on a foreign session", n)
 	}
+	// An initialize naming the session opens a session of its own.
+	a := mcpDo(t, ts.URL, http.MethodPost, "other-key", sid, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`, nil)
+	if own := a.header.Get(headerMCPSession); a.status != http.StatusOK || a.msg.Error != nil || own == "" || own == sid {
+		t.Errorf("initialize carrying agent-1's session: %d %s (session %q)", a.status, a.raw, own)
+	}
 	// The owner's session is untouched.
 	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "Count", Arguments: map[string]any{}})
 	if err != nil || res.IsError || tool.runs.Load() != 1 {
