@@ -240,3 +240,49 @@ func TestMCPStreamsEndAtShutdown(t *testing.T) {
 		t.Errorf("the session after its stream ended: %d %s", a.status, a.raw)
 	}
 }
+
+// TestMCPToolsListChangedOnUpstreamChange: when the upstreams' tools change
+// (an upstream's own list_changed, a quarantine approval), the watch of
+// their version pushes notifications/tools/list_changed to the go-sdk
+// client, whose next tools/list has the new tools; a quarantined tool is
+// not listed.
+func TestMCPToolsListChangedOnUpstreamChange(t *testing.T) {
+	t.Parallel()
+	ups := &fakeUpstreams{}
+	ups.set(&namedTool{name: "every.echo"})
+	pol := &grantPolicy{grant: map[string]bool{"every.echo": true, "every.add": true, "every.hidden": true}}
+	ev := &memEvidence{}
+	s := New(Options{
+		Keys:   []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
+		Policy: pol, Evidence: ev, Receipts: ev, Upstreams: ups, MaxBodyBytes: 1 << 16, OpenAPI: OpenAPIDocument,
+	})
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	wait, cancel := context.WithTimeout(t.Context(), time.Minute) // a bound, not an assertion
+	defer cancel()
+	go s.watchTools(wait, 5*time.Millisecond)
+
+	changed := make(chan struct{}, 8)
+	cs := sdkConnect(t, ts.URL, agentKey, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+	})
+	if got := toolNamesOf(t, cs); !slices.Equal(got, []string{"every.echo"}) {
+		t.Fatalf("tools before = %v", got)
+	}
+	for !sessionListening(s, cs.ID()) {
+		select {
+		case <-wait.Done():
+			t.Fatal("the client's GET stream never opened")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	ups.set(&namedTool{name: "every.add"}, &quarantinedTool{namedTool{name: "every.hidden"}})
+	select {
+	case <-changed:
+	case <-wait.Done():
+		t.Fatal("no notifications/tools/list_changed after the upstreams changed")
+	}
+	if got := toolNamesOf(t, cs); !slices.Equal(got, []string{"every.add"}) {
+		t.Errorf("tools after = %v, want [every.add]", got)
+	}
+}
