@@ -304,6 +304,7 @@ func (s *Server) mcpRoutes(e *echo.Echo) {
 		// loopback Host check would refuse a reverse proxy on the same
 		// host, so it is off.
 		DisableLocalhostProtection: true,
+		Logger:                     sdkLogger(s.log),
 	})
 	guard := []echo.MiddlewareFunc{s.checkOrigin, s.require(wire.RoleAgent)}
 	e.POST("/mcp", s.mcpPost, guard...)

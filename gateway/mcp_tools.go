@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -52,10 +53,31 @@ func (s *Server) newMCPServer(key string, p wire.Principal) *mcpServer {
 			Instructions:              mcpInstructions,
 			Capabilities:              &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 			SupportedProtocolVersions: mcpVersions,
-			Logger:                    s.log,
+			Logger:                    sdkLogger(s.log),
 		})
 	ps.srv.AddReceivingMiddleware(s.mcpMiddleware(ps))
 	return ps
+}
+
+// sdkLogger is the SDK's logger: warnings and errors only (it logs each
+// session's connection at info).
+func sdkLogger(l *slog.Logger) *slog.Logger {
+	return slog.New(minLevel{l.Handler(), slog.LevelWarn})
+}
+
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(as), h.min}
+}
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.min}
 }
 
 // mcpMiddleware serves what the gateway decides itself on ps's sessions.
@@ -233,13 +255,10 @@ func (s *Server) mcpToolsCall(ctx context.Context, ps *mcpServer, req *mcp.CallT
 	if params.Name == "" {
 		return nil, rpcErr(rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params.name", "tools/call params.name is required"))
 	}
-	// The call runs in the HTTP request's context (its trace; cancelled
-	// when the client goes away) and ends too when the client cancels it
-	// (notifications/cancelled cancels ctx).
-	callCtx, cancel := context.WithCancel(hreq.ctx)
-	defer cancel()
-	stop := context.AfterFunc(ctx, cancel)
-	defer stop()
+	// The call runs in the HTTP request's context: its trace, and
+	// cancelled when the client goes away. notifications/cancelled (which
+	// cancels ctx) does not abandon a governed call under way, as before.
+	callCtx := hreq.ctx
 
 	args := params.Arguments
 	if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
