@@ -286,3 +286,47 @@ func TestMCPToolsListChangedOnUpstreamChange(t *testing.T) {
 		t.Errorf("tools after = %v, want [every.add]", got)
 	}
 }
+
+// TestMCPSessionsPerPrincipal: a principal holding mcpSessionsPerIdentity
+// sessions loses its least recently used one when it opens another;
+// another principal's session is untouched.
+func TestMCPSessionsPerPrincipal(t *testing.T) {
+	t.Parallel()
+	ev := &memEvidence{}
+	key := func(k, id string) Key {
+		return Key{SHA256: sha256.Sum256([]byte(k)), Principal: wire.Principal{ID: id, Roles: []string{wire.RoleAgent}}}
+	}
+	s := New(Options{
+		Keys:   []Key{key(agentKey, "agent-1"), key("other-key", "agent-2")},
+		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
+		MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+	})
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+
+	other := mcpInit(t, ts.URL, "other-key")
+	first := mcpInit(t, ts.URL, agentKey)
+	second := mcpInit(t, ts.URL, agentKey)
+	for range mcpSessionsPerIdentity - 2 {
+		mcpInit(t, ts.URL, agentKey)
+	}
+	// first is now the least recently used unless it is used: use it, so
+	// second is the one to go.
+	if a := mcpDo(t, ts.URL, http.MethodPost, agentKey, first, ping, nil); a.status != http.StatusOK {
+		t.Fatalf("first session before the limit: %d %s", a.status, a.raw)
+	}
+	mcpInit(t, ts.URL, agentKey) // one more than the limit
+	for _, tc := range []struct {
+		name, key, sid string
+		want           int
+	}{
+		{"least recently used", agentKey, second, http.StatusNotFound},
+		{"recently used", agentKey, first, http.StatusOK},
+		{"another principal's", "other-key", other, http.StatusOK},
+	} {
+		if a := mcpDo(t, ts.URL, http.MethodPost, tc.key, tc.sid, ping, nil); a.status != tc.want {
+			t.Errorf("%s session: %d %s, want %d", tc.name, a.status, a.raw, tc.want)
+		}
+	}
+}
