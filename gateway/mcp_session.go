@@ -75,7 +75,7 @@ type mcpSession struct {
 // serve: its context (trace, cancellation when the client goes away), the
 // caller, and whether the client reads SSE (progress notifications).
 type mcpRequest struct {
-	ctx context.Context //nolint:containedctx // handed across the SDK, which keeps the session's own context
+	ctx context.Context // handed across the SDK, whose handlers run in the session's context
 	key string
 	sse bool
 }
