@@ -111,7 +111,19 @@ func (s *Server) mcpGet(c echo.Context) error {
 			s.mcp.listening(sess.id, -1)
 		}
 	}()
-	return s.mcpServe(c, sess.server, nil, func() { open = true; s.mcp.listening(sess.id, 1) })
+	return s.mcpServe(c, sess.server, nil, func() {
+		open = true
+		s.mcp.listening(sess.id, 1)
+		// A change made while no stream was open (ToolsChanged skips
+		// such servers) is notified now. The SDK holds the stream
+		// while it commits, so the notification waits for it to be
+		// registered and then goes out on it.
+		go func() {
+			if err := s.syncMCPTools(context.WithoutCancel(ctx), sess.server); err != nil {
+				s.log.ErrorContext(ctx, "mcp: tools not synced when a stream opened", "err", err)
+			}
+		}()
+	})
 }
 
 // mcpDelete ends the caller's session.

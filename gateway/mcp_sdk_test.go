@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -328,5 +330,62 @@ func TestMCPSessionsPerPrincipal(t *testing.T) {
 		if a := mcpDo(t, ts.URL, http.MethodPost, tc.key, tc.sid, ping, nil); a.status != tc.want {
 			t.Errorf("%s session: %d %s, want %d", tc.name, a.status, a.raw, tc.want)
 		}
+	}
+}
+
+// TestMCPToolsListChangedBeforeStream: a change made while the session has
+// no GET stream open is notified when the stream opens, so a client that
+// opens its stream late does not miss it.
+func TestMCPToolsListChangedBeforeStream(t *testing.T) {
+	t.Parallel()
+	pol := &reloadablePolicy{denyAfter: "agent-1"}
+	ev := &memEvidence{}
+	key := func(k, id, role string) Key {
+		return Key{SHA256: sha256.Sum256([]byte(k)), Principal: wire.Principal{ID: id, Roles: []string{role}}}
+	}
+	s := New(Options{
+		Keys:   []Key{key(agentKey, "agent-1", wire.RoleAgent), key("admin-key", "admin-1", wire.RoleAdmin)},
+		Policy: pol, PolicyAdmin: pol, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
+		MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+	})
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	sid := mcpInit(t, ts.URL, agentKey)
+	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+	if a := mcpDo(t, ts.URL, http.MethodPost, agentKey, sid, list, nil); !strings.Contains(a.raw, `"name":"Count"`) {
+		t.Fatalf("tools/list before: %s", a.raw)
+	}
+	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/policy/reload", nil)
+	req.Header.Set("Authorization", "Bearer admin-key")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("reload: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a bound, not an assertion
+	defer cancel()
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/mcp", nil)
+	req.Header.Set("Authorization", "Bearer "+agentKey)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set(headerMCPSession, sid)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	got := ""
+	for got == "" && sc.Scan() {
+		got, _ = strings.CutPrefix(sc.Text(), "data: ")
+		if !strings.HasPrefix(sc.Text(), "data: ") {
+			got = ""
+		}
+	}
+	if !strings.Contains(got, `"method":"notifications/tools/list_changed"`) {
+		t.Fatalf("first event %q (%v), want notifications/tools/list_changed", got, sc.Err())
+	}
+	if a := mcpDo(t, ts.URL, http.MethodPost, agentKey, sid, list, nil); string(a.msg.Result) != `{"tools":[]}` {
+		t.Errorf("tools/list after: %s", a.raw)
 	}
 }

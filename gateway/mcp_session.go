@@ -244,13 +244,18 @@ func (m *mcpEndpoint) gcLocked(ps *mcpServer) {
 	}
 }
 
-// liveServers are the servers with sessions.
-func (m *mcpEndpoint) liveServers() []*mcpServer {
+// listeningServers are the servers with a session whose GET stream is
+// open: the ones a notification can reach now.
+func (m *mcpEndpoint) listeningServers() []*mcpServer {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]*mcpServer, 0, len(m.servers))
-	for _, ps := range m.servers {
-		out = append(out, ps)
+	seen := map[*mcpServer]bool{}
+	var out []*mcpServer
+	for _, sess := range m.sessions {
+		if sess.streams > 0 && !seen[sess.server] {
+			seen[sess.server] = true
+			out = append(out, sess.server)
+		}
 	}
 	return out
 }

@@ -365,13 +365,18 @@ func (s *Server) mcpGeneration() mcpGeneration {
 	return g
 }
 
-// ToolsChanged brings every MCP session's tools up to date now; the SDK
+// ToolsChanged brings the MCP sessions' tools up to date now; the SDK
 // sends notifications/tools/list_changed to the sessions whose list
 // changed. Call it after the catalogue or the policy changed (a bundle
 // reload, an upstream's list_changed, a quarantined tool's approval); Run
 // also notices those by their versions.
+//
+// Only servers with an open GET stream are synced: a notification sent
+// with no stream open would be lost. The others are synced when a stream
+// opens (mcpGet), which sends the notification then, or at their next
+// tools/list, whose answer is the new list.
 func (s *Server) ToolsChanged(ctx context.Context) {
-	for _, ps := range s.mcp.liveServers() {
+	for _, ps := range s.mcp.listeningServers() {
 		if err := s.syncMCPTools(ctx, ps); err != nil {
 			s.log.ErrorContext(ctx, "mcp: tools not synced after a change", "err", err)
 		}
