@@ -21,9 +21,10 @@ import (
 // as annotations and the ToolOutput schema as outputSchema. The SDK lists
 // them for tools/list, and when a sync adds, changes or removes one it
 // sends notifications/tools/list_changed to that server's sessions, which
-// never names a tool. Syncs run before each tools/list and initialize, and
-// for every live server when the catalogue or the policy changes
-// (ToolsChanged, and Run's watch of their versions).
+// never names a tool. Syncs run before each tools/list and initialize, when
+// a session's GET stream opens, and for the servers with an open stream
+// when the catalogue or the policy changes (ToolsChanged, and Run's watch
+// of their versions).
 //
 // tools/call never uses the SDK's tool lookup: every call, listed or not,
 // goes through governedCall (a refused call has its receipt, as on REST).
