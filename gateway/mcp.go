@@ -3,36 +3,45 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
-	"fmt"
 	"mime"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
-	"go.opentelemetry.io/otel/propagation"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/portcullis/portcullis/wire"
 )
 
 // The MCP endpoint speaks the Streamable HTTP transport of the Model Context
-// Protocol: JSON-RPC 2.0 messages POSTed to one URL, each answered with one
-// application/json body. It serves tools only; there are no server-initiated
-// messages, so GET (the optional SSE stream) answers 405 as the spec allows.
-// Tool calls run through governedCall, so an MCP call is authenticated,
-// decided, enforced and recorded exactly like POST /v1/tool-calls.
+// Protocol, served by the official Go SDK (github.com/modelcontextprotocol/
+// go-sdk): its StreamableHTTPHandler frames JSON-RPC, keeps the sessions,
+// negotiates the protocol revision, streams SSE and pushes
+// notifications/tools/list_changed on the GET stream. This file is the
+// gateway's edge in front of it: authentication and the Origin check
+// (echo middleware), the body limit, and the refusals this endpoint has
+// always answered as JSON-RPC errors with a contract status (batches,
+// malformed messages, methods it does not serve, a session of another
+// principal). The per-caller tool sets and the governed tools/call are in
+// mcp_tools.go, the sessions in mcp_session.go.
 
 // mcpVersions are the protocol revisions this endpoint implements, newest
-// first. Batching (2025-03-26 only) is not supported: the newer revisions
-// removed it and no known client sends batches.
+// first; the SDK negotiates among them (the client's when listed, else
+// the newest). Batching (2025-03-26 only) is not supported: the newer
+// revisions removed it and no known client sends batches.
 var mcpVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26"}
 
 const (
 	headerMCPSession  = "Mcp-Session-Id"
 	headerMCPProtocol = "Mcp-Protocol-Version"
+	// headerMCPRequest carries, from the edge to the SDK's handlers, the
+	// token of the request's mcpRequest (mcp_tools.go). The edge always
+	// overwrites it: a client cannot supply one.
+	headerMCPRequest = "Portcullis-Mcp-Request"
 )
 
 // JSON-RPC 2.0 error codes.
@@ -67,41 +76,252 @@ type rpcResponse struct {
 	Error   *rpcError       `json:"error,omitempty"`
 }
 
-// mcpTool is one entry of a tools/list result.
-type mcpTool struct {
-	Name         string          `json:"name"`
-	Description  string          `json:"description"`
-	InputSchema  json.RawMessage `json:"inputSchema"`
-	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
-	Annotations  map[string]any  `json:"annotations,omitempty"`
+// mcpRequests are the requests this endpoint serves; anything else is
+// answered method-not-found by the edge, before the SDK (which knows
+// resources, prompts, logging ... that this server does not offer).
+var mcpRequests = []string{"initialize", "ping", "tools/list", "tools/call"}
+
+// mcpNotifications are the client notifications handed to the SDK; others
+// are accepted (202) and dropped, as the spec lets a receiver ignore them.
+var mcpNotifications = []string{"notifications/initialized", "notifications/cancelled", "notifications/progress", "notifications/roots/list_changed"}
+
+// mcpGet opens the session's standalone SSE stream, on which the SDK sends
+// notifications/tools/list_changed.
+func (s *Server) mcpGet(c echo.Context) error {
+	r := c.Request()
+	if !acceptsMedia(r.Header.Values(echo.HeaderAccept), "text/event-stream") {
+		return negotiationFail(c, http.StatusNotAcceptable, "GET /mcp is the session's server-sent event stream: Accept must admit text/event-stream")
+	}
+	p, _ := principalOf(c)
+	sess, we := s.mcpSessionOf(c, p)
+	if we != nil {
+		return rpcFail(c, nil, rpcInvalidRequest, we)
+	}
+	annotateMCP(r.Context(), "GET", sess.id, nil)
+	// The stream ends when the gateway shuts down (StopMCPStreams), so it
+	// does not hold the shutdown's wait for in-flight requests.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.mcp.stopping, cancel)
+	defer stop()
+	c.SetRequest(r.WithContext(ctx))
+	open := false
+	defer func() {
+		if open {
+			s.mcp.listening(sess.id, -1)
+		}
+	}()
+	return s.mcpServe(c, sess.server, nil, func() {
+		open = true
+		s.mcp.listening(sess.id, 1)
+		// A change made while no stream was open (ToolsChanged skips
+		// such servers) is notified now. The SDK holds the stream
+		// while it commits, so the notification waits for it to be
+		// registered and then goes out on it.
+		go func() {
+			if err := s.syncMCPTools(context.WithoutCancel(ctx), sess.server); err != nil {
+				s.log.ErrorContext(ctx, "mcp: tools not synced when a stream opened", "err", err)
+			}
+		}()
+	})
 }
 
-// annotated is a tool with MCP behaviour hints (tools.Hints; an upstream
-// tool passes on its server's).
-type annotated interface {
-	Annotations() map[string]any
+// mcpDelete ends the caller's session.
+func (s *Server) mcpDelete(c echo.Context) error {
+	p, _ := principalOf(c)
+	sess, we := s.mcpSessionOf(c, p)
+	if we != nil {
+		return rpcFail(c, nil, rpcInvalidRequest, we)
+	}
+	if err := s.mcpServe(c, sess.server, nil, nil); err != nil {
+		return err
+	}
+	s.mcp.forget(sess.id)
+	return nil
 }
 
-// toolOutputSchema is every tool's outputSchema: structuredContent is the
-// call's ToolOutput (mcpCallResult), whatever the tool.
-var toolOutputSchema = json.RawMessage(`{"type":"object","required":["success","data","error","metadata"],` +
-	`"properties":{"success":{"type":"boolean"},"data":{},` +
-	`"error":{"anyOf":[{"type":"null"},{"type":"object","required":["code","message"],"properties":{"code":{"type":"string"},"message":{"type":"string"},"details":{"type":["object","null"]}}}]},` +
-	`"metadata":{"type":["object","null"]}}}`)
-
-type mcpContent struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+// mcpSessionOf is the live session the request's Mcp-Session-Id names, if
+// the caller opened it. A session of another principal is reported as
+// absent, never as forbidden, so ids cannot be probed.
+func (s *Server) mcpSessionOf(c echo.Context, p wire.Principal) (*mcpSession, *wire.Error) {
+	id := c.Request().Header.Get(headerMCPSession)
+	if id == "" {
+		return nil, wire.FieldError(wire.CodeInvalidInput, headerMCPSession, "Mcp-Session-Id header is required; call initialize first")
+	}
+	sess, ok := s.mcp.session(id, principalKey(p))
+	if !ok {
+		return nil, wire.Errorf(wire.CodeNotFound, "session not found; it has ended or expired: initialize a new one")
+	}
+	return sess, nil
 }
 
-// mcpCallResult is a tools/call result: the ToolOutput as JSON text (every
-// client can read it), as structuredContent (revisions that define it), and
-// the receipt in _meta so an agent can cite its evidence.
-type mcpCallResult struct {
-	Content           []mcpContent     `json:"content"`
-	StructuredContent *wire.ToolOutput `json:"structuredContent,omitempty"`
-	IsError           bool             `json:"isError"`
-	Meta              map[string]any   `json:"_meta"`
+// mcpPost checks one JSON-RPC message and hands it to the SDK.
+func (s *Server) mcpPost(c echo.Context) error {
+	r := c.Request()
+	if mt, _, err := mime.ParseMediaType(r.Header.Get(echo.HeaderContentType)); err != nil || mt != echo.MIMEApplicationJSON {
+		return negotiationFail(c, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+	}
+	if !acceptsJSON(r.Header.Values(echo.HeaderAccept)) {
+		return negotiationFail(c, http.StatusNotAcceptable, "Accept must admit application/json")
+	}
+	body, we := s.readBody(c)
+	if we != nil {
+		return rpcFail(c, nil, rpcInvalidRequest, we)
+	}
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "body", "JSON-RPC batches are not supported; send one message per request"))
+	}
+	if !json.Valid(body) {
+		return rpcFail(c, nil, rpcParseError, wire.FieldError(wire.CodeInvalidInput, "body", "parse error: the body is not one valid JSON value"))
+	}
+	var msg rpcMessage
+	if err := json.Unmarshal(body, &msg); err != nil {
+		return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "body", "not a JSON-RPC 2.0 message: send an object with jsonrpc, method and (for requests) id"))
+	}
+	if msg.JSONRPC != "2.0" {
+		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "jsonrpc", `jsonrpc must be "2.0"`))
+	}
+	isRequest := len(msg.ID) > 0 && string(msg.ID) != "null"
+	if isRequest && validID(msg.ID) == nil {
+		return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "id", "id must be a string or an integer"))
+	}
+	if msg.Method == "" {
+		if len(msg.Result) > 0 || len(msg.Error) > 0 {
+			// A response to a server request; this server sends none.
+			return c.NoContent(http.StatusAccepted)
+		}
+		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "method", "method is required"))
+	}
+
+	p, _ := principalOf(c)
+	if msg.Method == "initialize" {
+		if !isRequest {
+			return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "id", "initialize must be a request with an id"))
+		}
+		annotateMCP(r.Context(), msg.Method, "", msg.ID)
+		return s.mcpInitialize(c, p, msg, body)
+	}
+
+	sess, we := s.mcpSessionOf(c, p)
+	if we != nil {
+		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, we)
+	}
+	annotateMCP(r.Context(), msg.Method, sess.id, msg.ID)
+	// A request without MCP-Protocol-Version is from a 2025-03-26 client
+	// (the spec's default), which this server serves as negotiated.
+	if v := r.Header.Get(headerMCPProtocol); v != "" && !slices.Contains(mcpVersions, v) {
+		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, headerMCPProtocol,
+			"unsupported MCP-Protocol-Version %q; supported: %s", truncate(v, 40), strings.Join(mcpVersions, ", ")))
+	}
+	if !isRequest {
+		if !slices.Contains(mcpNotifications, msg.Method) {
+			return c.NoContent(http.StatusAccepted)
+		}
+		return s.mcpServe(c, sess.server, body, nil)
+	}
+	if !slices.Contains(mcpRequests, msg.Method) {
+		return rpcReply(c, http.StatusOK, msg.ID, rpcErrorOf(rpcMethodNotFound, wire.FieldError(wire.CodeInvalidInput, "method",
+			"method %q not found; this server offers tools (tools/list, tools/call) and ping", truncate(msg.Method, 100))))
+	}
+	return s.mcpServe(c, sess.server, body, nil)
+}
+
+// mcpInitialize hands an initialize to the SDK, which opens the session
+// (the middleware in mcp_tools.go binds it to the caller) and negotiates
+// the revision. The caller's MCP server is the one for its principal, its
+// tools brought up to date first.
+func (s *Server) mcpInitialize(c echo.Context, p wire.Principal, msg rpcMessage, body []byte) error {
+	var params struct {
+		ProtocolVersion string `json:"protocolVersion"`
+	}
+	if len(msg.Params) > 0 {
+		if err := json.Unmarshal(msg.Params, &params); err != nil {
+			return rpcReply(c, http.StatusOK, msg.ID, rpcErrorOf(rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params", "initialize params must be an object with protocolVersion")))
+		}
+	}
+	if params.ProtocolVersion == "" {
+		return rpcReply(c, http.StatusOK, msg.ID, rpcErrorOf(rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params.protocolVersion", "initialize params.protocolVersion is required")))
+	}
+	ps, ok := s.mcp.admit(s, p)
+	if !ok {
+		return rpcFail(c, msg.ID, rpcInternalError, wire.Errorf(wire.CodeBackendUnavailable, "too many open MCP sessions on this gateway; retry later"))
+	}
+	defer s.mcp.admitted(ps)
+	// An initialize opens a new session: an Mcp-Session-Id it carries
+	// (perhaps another principal's) must not route it to that session.
+	r := c.Request()
+	r.Header = r.Header.Clone()
+	r.Header.Del(headerMCPSession)
+	if err := s.syncMCPTools(c.Request().Context(), ps); err != nil {
+		return rpcReply(c, http.StatusOK, msg.ID, rpcErrorOf(rpcInternalError, wire.Wrap(wire.CodeInternal, "mcp: initialize", err, "policy evaluation failed")))
+	}
+	return s.mcpServe(c, ps, body, nil)
+}
+
+// mcpServe hands the request to the SDK's handler with the caller's MCP
+// server. The body (already read and checked) is put back; Accept admits
+// both answers the SDK may give, and mcpWriter turns an SSE answer that
+// carries only the response into the one JSON body this endpoint has
+// always answered (a client that cannot read SSE never gets one). A GET
+// (the session's stream) passes stream, called once the stream is open.
+func (s *Server) mcpServe(c echo.Context, ps *mcpServer, body []byte, stream func()) error {
+	r := c.Request()
+	sse := acceptsMedia(r.Header.Values(echo.HeaderAccept), "text/event-stream")
+	ctx := withMCPServer(r.Context(), ps)
+	r = r.WithContext(ctx)
+	r.Header = r.Header.Clone()
+	if body != nil {
+		r.Body = http.NoBody
+		if len(body) > 0 {
+			r.Body = readCloser{bytes.NewReader(body)}
+		}
+		r.ContentLength = int64(len(body))
+		r.Header.Set(echo.HeaderAccept, "application/json, text/event-stream")
+	}
+	token := rand.Text()
+	r.Header.Set(headerMCPRequest, token)
+	s.mcp.requests.Store(token, &mcpRequest{ctx: ctx, key: ps.key, sse: sse})
+	defer s.mcp.requests.Delete(token)
+
+	w := &mcpWriter{w: c.Response(), header: http.Header{}, sse: sse, stream: stream != nil, onStream: stream}
+	s.mcp.handler.ServeHTTP(w, r)
+	w.finish()
+	return nil
+}
+
+type readCloser struct{ *bytes.Reader }
+
+func (readCloser) Close() error { return nil }
+
+// mcpRoutes registers the MCP (Streamable HTTP) endpoint. Authentication is
+// the global middleware (API key, JWT or client certificate; /mcp is not
+// public); the agent role is required as for the REST tool routes.
+func (s *Server) mcpRoutes(e *echo.Echo) {
+	s.mcp = newMCPEndpoint(s.opts.Now)
+	limit := s.opts.MaxBodyBytes
+	if limit <= 0 {
+		limit = -1 // the edge enforces no limit either
+	}
+	s.mcp.handler = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		if ps := mcpServerOf(r.Context()); ps != nil {
+			return ps.srv
+		}
+		return nil // answered 400 by the SDK; the edge always sets one
+	}, &mcp.StreamableHTTPOptions{
+		SessionTimeout:      mcpSessionIdle,
+		MaxRequestBodyBytes: limit,
+		// The Origin check (checkOrigin, with configured origins) and
+		// authentication on every request guard this endpoint; the SDK's
+		// loopback Host check would refuse a reverse proxy on the same
+		// host, so it is off.
+		DisableLocalhostProtection: true,
+		Logger:                     sdkLogger(s.log),
+	})
+	guard := []echo.MiddlewareFunc{s.checkOrigin, s.require(wire.RoleAgent)}
+	e.POST("/mcp", s.mcpPost, guard...)
+	e.GET("/mcp", s.mcpGet, guard...)
+	e.DELETE("/mcp", s.mcpDelete, guard...)
 }
 
 // checkOrigin refuses browser requests from origins not explicitly allowed.
@@ -153,307 +373,6 @@ func normalizeOrigin(o string) (string, bool) {
 	return u.Scheme + "://" + host, true
 }
 
-// mcpGet answers 405: this server never sends server-initiated messages, so
-// it offers no SSE stream (the spec's allowed answer).
-func (s *Server) mcpGet(c echo.Context) error {
-	c.Response().Header().Set(echo.HeaderAllow, "POST, DELETE")
-	return c.NoContent(http.StatusMethodNotAllowed)
-}
-
-// mcpDelete ends the caller's session.
-func (s *Server) mcpDelete(c echo.Context) error {
-	p, _ := principalOf(c)
-	id := c.Request().Header.Get(headerMCPSession)
-	if id == "" {
-		return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, headerMCPSession, "Mcp-Session-Id header is required to end a session"))
-	}
-	if !s.mcp.close(id, p.ID) {
-		return rpcFail(c, nil, rpcInvalidRequest, wire.Errorf(wire.CodeNotFound, "session not found; it has ended or expired"))
-	}
-	return c.NoContent(http.StatusNoContent)
-}
-
-// mcpPost handles one JSON-RPC message.
-func (s *Server) mcpPost(c echo.Context) error {
-	r := c.Request()
-	if mt, _, err := mime.ParseMediaType(r.Header.Get(echo.HeaderContentType)); err != nil || mt != echo.MIMEApplicationJSON {
-		return negotiationFail(c, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
-	}
-	if !acceptsJSON(r.Header.Values(echo.HeaderAccept)) {
-		return negotiationFail(c, http.StatusNotAcceptable, "Accept must admit application/json (this server answers every request with one JSON body)")
-	}
-	body, we := s.readBody(c)
-	if we != nil {
-		return rpcFail(c, nil, rpcInvalidRequest, we)
-	}
-	trimmed := bytes.TrimSpace(body)
-	if len(trimmed) > 0 && trimmed[0] == '[' {
-		return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "body", "JSON-RPC batches are not supported; send one message per request"))
-	}
-	if !json.Valid(body) {
-		return rpcFail(c, nil, rpcParseError, wire.FieldError(wire.CodeInvalidInput, "body", "parse error: the body is not one valid JSON value"))
-	}
-	var msg rpcMessage
-	if err := json.Unmarshal(body, &msg); err != nil {
-		return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "body", "not a JSON-RPC 2.0 message: send an object with jsonrpc, method and (for requests) id"))
-	}
-	if msg.JSONRPC != "2.0" {
-		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "jsonrpc", `jsonrpc must be "2.0"`))
-	}
-	isRequest := len(msg.ID) > 0 && string(msg.ID) != "null"
-	if isRequest && validID(msg.ID) == nil {
-		return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "id", "id must be a string or an integer"))
-	}
-	if msg.Method == "" {
-		if len(msg.Result) > 0 || len(msg.Error) > 0 {
-			// A response to a server request; this server sends none.
-			return c.NoContent(http.StatusAccepted)
-		}
-		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "method", "method is required"))
-	}
-
-	p, _ := principalOf(c)
-	if msg.Method == "initialize" {
-		if !isRequest {
-			return rpcFail(c, nil, rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, "id", "initialize must be a request with an id"))
-		}
-		annotateMCP(r.Context(), msg.Method, "", msg.ID)
-		return s.mcpInitialize(c, p, msg)
-	}
-
-	id := r.Header.Get(headerMCPSession)
-	if id == "" {
-		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, headerMCPSession, "Mcp-Session-Id header is required; call initialize first"))
-	}
-	annotateMCP(r.Context(), msg.Method, id, msg.ID)
-	sess, ok := s.mcp.get(id, p.ID)
-	if !ok {
-		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.Errorf(wire.CodeNotFound, "session not found; it has ended or expired: initialize a new one"))
-	}
-	// A request without MCP-Protocol-Version is from a 2025-03-26 client
-	// (the spec's default), which this server serves as negotiated.
-	if v := r.Header.Get(headerMCPProtocol); v != "" && !slices.Contains(mcpVersions, v) {
-		return rpcFail(c, validID(msg.ID), rpcInvalidRequest, wire.FieldError(wire.CodeInvalidInput, headerMCPProtocol,
-			"unsupported MCP-Protocol-Version %q; supported: %s", truncate(v, 40), strings.Join(mcpVersions, ", ")))
-	}
-	if !isRequest {
-		// notifications/initialized, notifications/cancelled ...: nothing
-		// to answer; a governed call already under way is not abandoned.
-		return c.NoContent(http.StatusAccepted)
-	}
-
-	var result any
-	var rerr *rpcError
-	var prog *mcpProgress
-	switch msg.Method {
-	case "ping":
-		result = map[string]any{}
-	case "tools/list":
-		result, rerr = s.mcpToolsList(r.Context(), p, sess)
-	case "tools/call":
-		prog = progressFor(c, msg.Params)
-		result, rerr = s.mcpToolsCall(r.Context(), p, sess, msg.Params, prog)
-	default:
-		rerr = rpcErrorOf(rpcMethodNotFound, wire.FieldError(wire.CodeInvalidInput, "method", "method %q not found; this server offers tools (tools/list, tools/call) and ping", truncate(msg.Method, 100)))
-	}
-	resp := rpcResponse{JSONRPC: "2.0", ID: msg.ID, Result: result, Error: rerr}
-	if rerr != nil {
-		resp.Result = nil
-	}
-	if prog != nil && prog.started {
-		return prog.event(resp) // the stream's last event
-	}
-	return c.JSON(http.StatusOK, resp)
-}
-
-// mcpInitialize opens a session and negotiates the protocol revision: the
-// client's when this server implements it, else the newest this server has
-// (the client then decides whether it can proceed).
-func (s *Server) mcpInitialize(c echo.Context, p wire.Principal, msg rpcMessage) error {
-	var params struct {
-		ProtocolVersion string `json:"protocolVersion"`
-	}
-	if len(msg.Params) > 0 {
-		if err := json.Unmarshal(msg.Params, &params); err != nil {
-			return rpcAnswer(c, msg.ID, rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params", "initialize params must be an object with protocolVersion"))
-		}
-	}
-	if params.ProtocolVersion == "" {
-		return rpcAnswer(c, msg.ID, rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params.protocolVersion", "initialize params.protocolVersion is required"))
-	}
-	version := mcpVersions[0]
-	if slices.Contains(mcpVersions, params.ProtocolVersion) {
-		version = params.ProtocolVersion
-	}
-	sess, ok := s.mcp.open(p.ID, version)
-	if !ok {
-		return rpcFail(c, msg.ID, rpcInternalError, wire.Errorf(wire.CodeBackendUnavailable, "too many open MCP sessions on this gateway; retry later"))
-	}
-	c.Response().Header().Set(headerMCPSession, sess.id)
-	return c.JSON(http.StatusOK, rpcResponse{JSONRPC: "2.0", ID: msg.ID, Result: map[string]any{
-		"protocolVersion": version,
-		"capabilities":    map[string]any{"tools": map[string]any{"listChanged": false}},
-		"serverInfo":      map[string]any{"name": "portcullis", "title": "Portcullis governance gateway", "version": "1"},
-		"instructions": "Every tool call is decided by policy and recorded as a receipt. " +
-			"A refused call returns isError with output.error.code (permission_denied, fs_denied, invalid_input ...); " +
-			"_meta[\"portcullis/receipt_id\"] names the receipt.",
-	}})
-}
-
-// mcpToolsList is tools/list: exactly the tools GET /v1/tools shows this
-// caller, their parameter schemas as inputSchema, their behaviour hints as
-// annotations and, for revisions with structuredContent, the ToolOutput
-// schema as outputSchema.
-func (s *Server) mcpToolsList(ctx context.Context, p wire.Principal, sess *mcpSession) (any, *rpcError) {
-	tools, err := s.visibleTools(ctx, p)
-	if err != nil {
-		return nil, rpcErrorOf(rpcInternalError, wire.Wrap(wire.CodeInternal, "mcp: tools/list", err, "policy evaluation failed"))
-	}
-	out := make([]mcpTool, 0, len(tools))
-	for _, t := range tools {
-		mt := mcpTool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: t.Function.Parameters}
-		if tool, ok := s.lookupTool(t.Function.Name); ok {
-			if a, ok := tool.(annotated); ok {
-				mt.Annotations = a.Annotations()
-			}
-		}
-		if structured(sess) {
-			mt.OutputSchema = toolOutputSchema
-		}
-		out = append(out, mt)
-	}
-	return map[string]any{"tools": out}, nil
-}
-
-// structured is whether the session's revision has structuredContent
-// (2025-06-18 on).
-func structured(sess *mcpSession) bool { return sess.version != "2025-03-26" }
-
-// mcpToolsCall is tools/call through the governed pipeline. The MCP session
-// is the call's session_id unless the client names one in
-// _meta["portcullis/session_id"]; _meta["portcullis/call_id"] sets call_id.
-// A W3C traceparent in _meta continues the caller's trace as the HTTP
-// header would.
-func (s *Server) mcpToolsCall(ctx context.Context, p wire.Principal, sess *mcpSession, raw json.RawMessage, prog *mcpProgress) (any, *rpcError) {
-	var params struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-		Meta      map[string]any  `json:"_meta"`
-	}
-	if len(raw) == 0 || json.Unmarshal(raw, &params) != nil {
-		return nil, rpcErrorOf(rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params", "tools/call params must be an object with name and arguments"))
-	}
-	if params.Name == "" {
-		return nil, rpcErrorOf(rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params.name", "tools/call params.name is required"))
-	}
-	args := params.Arguments
-	if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
-		args = json.RawMessage("{}")
-	}
-	req := wire.ToolCallRequest{Tool: params.Name, Input: args, SessionID: sess.id}
-	if v, ok := params.Meta["portcullis/session_id"].(string); ok && v != "" {
-		req.SessionID = v
-	}
-	if v, ok := params.Meta["portcullis/call_id"].(string); ok {
-		req.CallID = v
-	}
-	if tp, ok := params.Meta["traceparent"].(string); ok && tp != "" {
-		carrier := propagation.MapCarrier{"traceparent": tp}
-		if ts, ok := params.Meta["tracestate"].(string); ok {
-			carrier["tracestate"] = ts
-		}
-		ctx = propagation.TraceContext{}.Extract(ctx, carrier)
-	}
-	in, err := s.typedCall(p, req, nil, 0)
-	if err != nil {
-		return nil, rpcErrorOf(rpcInvalidParams, wire.FieldError(wire.CodeInvalidInput, "params.arguments", "tools/call arguments are not JSON"))
-	}
-	status, resp := s.governedCall(ctx, in)
-	var progress func(elapsed, total time.Duration)
-	if prog != nil {
-		progress = prog.notify
-	}
-	status, resp = s.AwaitApproval(ctx, status, resp, progress) // a parked call: wait up to approvals.mcp_wait (approvals.go)
-	meta := map[string]any{"portcullis/status": status}
-	if resp.ReceiptID != "" {
-		meta["portcullis/receipt_id"] = resp.ReceiptID
-	}
-	if resp.Decision != nil {
-		meta["portcullis/decision"] = resp.Decision
-	}
-	if we := resp.Output.Error; we != nil && mcpRPCCode(we.Code) != 0 {
-		// The spec makes some refusals (an unknown tool) protocol errors,
-		// not results for the model (codeTable); the refusal still has
-		// its receipt.
-		return nil, &rpcError{Code: mcpRPCCode(we.Code), Message: we.Message, Data: map[string]any{
-			"code": we.Code, "receipt_id": resp.ReceiptID}}
-	}
-	text, err := json.Marshal(resp.Output)
-	if err != nil {
-		return nil, rpcErrorOf(rpcInternalError, wire.Wrap(wire.CodeInternal, "mcp: encode output", err, "could not encode the tool output"))
-	}
-	out := mcpCallResult{Content: []mcpContent{{Type: "text", Text: string(text)}}, IsError: !resp.Output.Success, Meta: meta}
-	if structured(sess) {
-		out.StructuredContent = &resp.Output
-	}
-	return out, nil
-}
-
-// mcpProgress is a tools/call answered as Server-Sent Events once there is
-// progress to report: the client gave _meta.progressToken and accepts
-// text/event-stream. The answer stays one JSON body until the first
-// notification (a call that is not parked never streams); after it, each
-// notifications/progress is an event and the response is the last one.
-type mcpProgress struct {
-	c       echo.Context
-	token   json.RawMessage
-	started bool
-}
-
-// progressFor is the progress stream of a tools/call request, or nil.
-func progressFor(c echo.Context, params json.RawMessage) *mcpProgress {
-	if !acceptsMedia(c.Request().Header.Values(echo.HeaderAccept), "text/event-stream") {
-		return nil
-	}
-	var p struct {
-		Meta struct {
-			ProgressToken json.RawMessage `json:"progressToken"`
-		} `json:"_meta"`
-	}
-	if json.Unmarshal(params, &p) != nil || validID(p.Meta.ProgressToken) == nil {
-		return nil // absent, or not a string or integer
-	}
-	return &mcpProgress{c: c, token: p.Meta.ProgressToken}
-}
-
-// notify sends notifications/progress: seconds waited of the most the
-// call waits (approvals.mcp_wait).
-func (p *mcpProgress) notify(elapsed, total time.Duration) {
-	if !p.started {
-		h := p.c.Response().Header()
-		h.Set(echo.HeaderContentType, "text/event-stream")
-		h.Set(echo.HeaderCacheControl, "no-cache")
-		p.c.Response().WriteHeader(http.StatusOK)
-		p.started = true
-	}
-	_ = p.event(map[string]any{"jsonrpc": "2.0", "method": "notifications/progress", "params": map[string]any{
-		"progressToken": p.token, "progress": elapsed.Seconds(), "total": total.Seconds(),
-		"message": "waiting for a person to approve the call"}})
-}
-
-// event writes one SSE message event and flushes it.
-func (p *mcpProgress) event(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintf(p.c.Response(), "event: message\ndata: %s\n\n", b); err != nil {
-		return err
-	}
-	p.c.Response().Flush()
-	return nil
-}
-
 // acceptsJSON reports whether an Accept header admits application/json. A
 // missing header admits anything.
 func acceptsJSON(values []string) bool {
@@ -500,8 +419,8 @@ func validID(id json.RawMessage) json.RawMessage {
 // *wire.Error, whose code gives the HTTP status (codeTable) of a request
 // the transport refused; the JSON-RPC code says which layer refused it
 // (parse, request, method, params, internal). Errors inside an answered
-// request (rpcAnswer, and the results of tools/list and tools/call) are
-// HTTP 200, as JSON-RPC has them.
+// request (the results of tools/list and tools/call, and methods this
+// server does not offer) are HTTP 200, as JSON-RPC has them.
 
 // rpcErrorOf is the JSON-RPC error with code rpc for the contract error we:
 // its message, never its cause.
@@ -513,11 +432,6 @@ func rpcErrorOf(rpc int, we *wire.Error) *rpcError {
 // we's code, and a JSON-RPC error.
 func rpcFail(c echo.Context, id json.RawMessage, rpc int, we *wire.Error) error {
 	return rpcReply(c, statusOf(we.Code), id, rpcErrorOf(rpc, we))
-}
-
-// rpcAnswer answers a request with a JSON-RPC error, HTTP 200.
-func rpcAnswer(c echo.Context, id json.RawMessage, rpc int, we *wire.Error) error {
-	return rpcReply(c, http.StatusOK, id, rpcErrorOf(rpc, we))
 }
 
 // negotiationFail answers a request refused by HTTP content negotiation
@@ -532,15 +446,4 @@ func rpcReply(c echo.Context, status int, id json.RawMessage, e *rpcError) error
 		id = json.RawMessage("null")
 	}
 	return c.JSON(status, rpcResponse{JSONRPC: "2.0", ID: id, Error: e})
-}
-
-// mcpRoutes registers the MCP (Streamable HTTP) endpoint. Authentication is
-// the global bearer-key middleware (/mcp is not public); the agent role is
-// required as for the REST tool routes.
-func (s *Server) mcpRoutes(e *echo.Echo) {
-	s.mcp = newMCPSessions(s.opts.Now)
-	guard := []echo.MiddlewareFunc{s.checkOrigin, s.require(wire.RoleAgent)}
-	e.POST("/mcp", s.mcpPost, guard...)
-	e.GET("/mcp", s.mcpGet, guard...)
-	e.DELETE("/mcp", s.mcpDelete, guard...)
 }

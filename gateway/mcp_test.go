@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"io"
@@ -26,6 +27,17 @@ type mcpAnswer struct {
 		Result  json.RawMessage `json:"result"`
 		Error   *rpcError       `json:"error"`
 	}
+}
+
+// mcpCallResult is a tools/call result as the tests read it.
+type mcpCallResult struct {
+	Content []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content"`
+	StructuredContent *wire.ToolOutput `json:"structuredContent,omitempty"`
+	IsError           bool             `json:"isError"`
+	Meta              map[string]any   `json:"_meta"`
 }
 
 func mcpDo(t *testing.T, base, method, key, session string, body string, hdr map[string]string) mcpAnswer {
@@ -62,6 +74,24 @@ func mcpDo(t *testing.T, base, method, key, session string, body string, hdr map
 		}
 	}
 	return a
+}
+
+// mcpStream opens a session's GET stream and answers its status and
+// content type (the stream itself is closed at once).
+func mcpStream(t *testing.T, base, key, session string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/mcp", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set(headerMCPSession, session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Content-Type")
 }
 
 func mcpInit(t *testing.T, base, key string) string {
@@ -247,8 +277,18 @@ func TestMCPSessionsAndAuth(t *testing.T) {
 			t.Errorf("Origin %s: %d, want %d (%s)", tc.origin, a.status, tc.want, a.raw)
 		}
 	}
-	if a := mcpDo(t, ts.URL, http.MethodGet, agentKey, sid, "", nil); a.status != 405 || a.header.Get("Allow") == "" {
-		t.Errorf("GET: %d %v, want 405 with Allow", a.status, a.header)
+	// GET is the session's SSE stream (notifications/tools/list_changed):
+	// a client that cannot read SSE is refused, another principal cannot
+	// open it, the owner can.
+	if a := mcpDo(t, ts.URL, http.MethodGet, agentKey, sid, "", nil); a.status != 406 || a.msg.Error == nil {
+		t.Errorf("GET without Accept: text/event-stream: %d %s, want 406", a.status, a.raw)
+	}
+	sse := map[string]string{"Accept": "text/event-stream"}
+	if a := mcpDo(t, ts.URL, http.MethodGet, "agent-2-key", sid, "", sse); a.status != 404 {
+		t.Errorf("foreign GET stream: %d, want 404", a.status)
+	}
+	if st, ct := mcpStream(t, ts.URL, agentKey, sid); st != 200 || ct != "text/event-stream" {
+		t.Errorf("GET stream: %d %q, want 200 text/event-stream", st, ct)
 	}
 	if a := mcpDo(t, ts.URL, http.MethodDelete, agentKey, sid, "", nil); a.status != 204 {
 		t.Errorf("DELETE: %d, want 204", a.status)

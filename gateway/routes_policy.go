@@ -51,6 +51,9 @@ func (s *Server) reloadPolicy(c echo.Context) error {
 	p, _ := principalOf(c)
 	res := s.opts.PolicyAdmin.Reload(c.Request().Context())
 	s.log.InfoContext(c.Request().Context(), "policy reload requested", "principal", p.ID, "status", res.Status, "revision", res.Revision, "reason", res.Reason)
+	if res.Status != "refused" {
+		s.ToolsChanged(c.Request().Context()) // the new policy may show each caller other tools
+	}
 	status := http.StatusOK
 	if res.Status == "refused" {
 		status = http.StatusUnprocessableEntity

@@ -144,7 +144,7 @@ type Server struct {
 	tools          map[string]tools.Tool // the built-ins
 	cat            catalogueCache        // built-ins and upstream tools (catalogue.go)
 	metrics        *metrics
-	mcp            *mcpSessions
+	mcp            *mcpEndpoint
 	late           *evidence.LateOutcomes
 	// resultGrants caches who may read results back (results.go).
 	resultGrants resultGrants
@@ -433,6 +433,7 @@ func (s *Server) Run(ctx context.Context) {
 	if s.opts.Controls != nil {
 		go s.sweepApprovals(ctx)
 	}
+	go s.watchTools(ctx, time.Second)
 	s.late.Run(ctx)
 }
 

@@ -124,6 +124,7 @@ func (s *Server) approveUpstreamTool(c echo.Context) error {
 	if err := s.opts.Upstreams.Approve(c.Request().Context(), c.Param("name"), c.Param("tool"), req.DefinitionSHA256, p.ID); err != nil {
 		return err
 	}
+	s.ToolsChanged(c.Request().Context()) // the approved tool is listed again
 	return c.JSON(http.StatusOK, map[string]any{"approved": true, "definition_sha256": req.DefinitionSHA256})
 }
 

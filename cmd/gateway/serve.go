@@ -246,6 +246,7 @@ func httpServer(cfg config.Config, srv *gateway.Server, ident *identityStack, lo
 	if ident.tls != nil {
 		hs.TLSConfig = ident.tls.Config()
 	}
+	hs.RegisterOnShutdown(srv.StopMCPStreams) // MCP GET streams would hold Shutdown to its grace
 	return hs
 }
 

@@ -28,8 +28,10 @@ function binary(): string {
 
 export interface Gateway {
   url: string;
-  keys: Record<"agent" | "agent-noexec" | "auditor" | "agent-parked" | "approver", string>;
+  keys: Record<"agent" | "agent-noexec" | "auditor" | "agent-parked" | "approver" | "admin", string>;
   scratch: string;
+  /** The policy bundle directory (e2e.rego, data.json); POST /v1/policy/reload reads it again. */
+  bundle: string;
   stop(): Promise<void>;
 }
 
@@ -58,7 +60,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> 
   const keys = {} as Gateway["keys"];
   const lines = ['listen: "127.0.0.1:0"', `data_dir: ${JSON.stringify(join(root, "data"))}`, "policy:",
     `  bundle: ${JSON.stringify(bundle)}`, "sandbox:", "  backend: process", "principals:"];
-  for (const [id, role] of [["agent", "agent"], ["agent-noexec", "agent"], ["auditor", "auditor"], ["agent-parked", "agent"], ["approver", "approver"]] as const) {
+  for (const [id, role] of [["agent", "agent"], ["agent-noexec", "agent"], ["auditor", "auditor"], ["agent-parked", "agent"], ["approver", "approver"], ["admin", "admin"]] as const) {
     const key = "pk_" + randomBytes(24).toString("hex");
     keys[id] = key;
     lines.push(`  - id: ${JSON.stringify(id)}`, `    roles: [${role}]`,
@@ -91,7 +93,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> 
     });
   });
   return {
-    url, keys, scratch,
+    url, keys, scratch, bundle,
     stop: () => new Promise<void>((done) => {
       if (child.exitCode !== null) return done();
       const kill = setTimeout(() => child.kill("SIGKILL"), 10_000);

@@ -5,9 +5,10 @@ import assert from "node:assert/strict";
 
 import { Client as McpClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 
 import { spawn } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 
@@ -137,4 +138,31 @@ test("official MCP client: lists and calls an upstream server's tools through th
   assert.equal(denied.isError, true);
   await transport.terminateSession();
   await client.close();
+});
+
+test("official MCP client: a policy reload that grants a tool pushes tools/list_changed", { timeout: 60_000 }, async () => {
+  const { client, transport } = await connect(gw.keys["agent-noexec"]);
+  assert.deepEqual((await client.listTools()).tools, []);
+  const changed = new Promise<void>((resolve) => {
+    client.setNotificationHandler(ToolListChangedNotificationSchema, () => resolve());
+  });
+  const path = join(gw.bundle, "data.json");
+  const before = readFileSync(path, "utf8");
+  const reload = async () => {
+    const res = await fetch(gw.url + "/v1/policy/reload", { method: "POST", headers: { Authorization: `Bearer ${gw.keys.admin}` } });
+    assert.equal(res.status, 200, await res.text());
+  };
+  const data = JSON.parse(before) as { e2e: { principals: Record<string, { tools: string[] }> } };
+  data.e2e.principals["agent-noexec"]!.tools = ["Exec"];
+  writeFileSync(path, JSON.stringify(data));
+  try {
+    await reload();
+    await changed; // the server sends it on the client's GET stream, whenever that opens
+    assert.deepEqual((await client.listTools()).tools.map((t) => t.name), ["Exec"]);
+  } finally {
+    writeFileSync(path, before);
+    await reload();
+    await transport.terminateSession();
+    await client.close();
+  }
 });
