@@ -39,6 +39,9 @@ type conn struct {
 	// is waiting to start.
 	refreshing     sync.Mutex
 	refreshPending atomic.Bool
+	// tooLarge says the session was dropped for a message past
+	// maxMessageBytes; cleared when the next session is ready.
+	tooLarge atomic.Bool
 }
 
 func (c *conn) timeout() time.Duration {
@@ -79,6 +82,7 @@ func (c *conn) setState(state string, err error) {
 		c.lastErr = c.m.redact(err.Error())
 	} else if state == StateReady {
 		c.lastErr = ""
+		c.tooLarge.Store(false)
 	}
 	c.mu.Unlock()
 }

@@ -264,6 +264,11 @@ func (up *conn) callError(ctx context.Context, err error) *wire.Error {
 		// gateway drop it (and restart the server) by disconnecting.
 		return wire.Wrap(wire.CodeBackendUnavailable, "upstream: call", err, "the call to upstream %q was stopped because the request was cancelled or the gateway is shutting down", up.spec.Name)
 	}
+	if up.tooLarge.Load() || errors.Is(err, errMessageTooLarge) {
+		up.lost(err)
+		return wire.Wrap(wire.CodeBackendUnavailable, "upstream: call", err,
+			"upstream %q sent a message over the gateway's %d-byte cap; its session was dropped and is being re-established", up.spec.Name, maxMessageBytes)
+	}
 	var je *jsonrpc.Error
 	if errors.As(err, &je) {
 		return wire.Wrap(wire.CodeToolError, "upstream: call", err, "upstream %q refused the call: %s", up.spec.Name, truncate(je.Message, 500))

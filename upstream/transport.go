@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/time/rate"
 
 	"github.com/portcullis/portcullis/backends/egress"
 	"github.com/portcullis/portcullis/wire"
@@ -63,7 +63,8 @@ func (c *conn) transport(ctx context.Context) (mcp.Transport, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return &mcp.StreamableClientTransport{Endpoint: c.spec.URL, HTTPClient: hc, MaxRetries: 2}, func() {}, nil
+		return &mcp.StreamableClientTransport{Endpoint: c.spec.URL, HTTPClient: hc, MaxRetries: 2,
+			MaxEventSize: maxMessageBytes}, func() {}, nil
 	}
 	return c.launch(ctx)
 }
@@ -106,19 +107,20 @@ func (c *conn) launch(ctx context.Context) (mcp.Transport, func(), error) {
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	go c.logStderr(pr)
-	return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, func() {
+	return &stdioTransport{c: c, cmd: cmd}, func() {
 		_ = pw.Close()
 		release()
 	}, nil
 }
 
 func (c *conn) logStderr(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 64<<10)
-	for sc.Scan() {
-		c.m.log.Info("upstream stderr", "upstream", c.spec.Name, "line", truncate(c.m.redact(sc.Text()), 2000))
-	}
-	_, _ = io.Copy(io.Discard, r)
+	logLines(r, rate.NewLimiter(stderrLinesPerSecond, stderrBurst), time.Now,
+		func(line string) {
+			c.m.log.Info("upstream stderr", "upstream", c.spec.Name, "line", truncate(c.m.redact(line), maxStderrLine))
+		},
+		func(n int) {
+			c.m.log.Warn("upstream stderr: lines suppressed", "upstream", c.spec.Name, "suppressed", n)
+		})
 }
 
 func setEnv(env []string, k, v string) []string {
@@ -168,7 +170,7 @@ func (c *conn) httpClient() (*http.Client, error) {
 		ResponseHeaderTimeout: c.timeout(),
 		MaxIdleConnsPerHost:   16,
 	}
-	return &http.Client{Transport: &headerTransport{c: c, next: tr}, CheckRedirect: func(*http.Request, []*http.Request) error {
+	return &http.Client{Transport: &boundTransport{c: c, next: &headerTransport{c: c, next: tr}}, CheckRedirect: func(*http.Request, []*http.Request) error {
 		return http.ErrUseLastResponse // never follow a redirect off the upstream
 	}}, nil
 }
