@@ -2,7 +2,9 @@ package upstream
 
 import (
 	"fmt"
+	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,10 +36,13 @@ func TestStderrRateLimit(t *testing.T) {
 			}
 			clock := time.Unix(0, 0)
 			now := func() time.Time { clock = clock.Add(c.step); return clock }
+			var mu sync.Mutex // summaries may come from a timer
 			logged, suppressed := 0, 0
 			var sums []int
-			logLines(strings.NewReader(in.String()), rate.NewLimiter(stderrLinesPerSecond, stderrBurst), now,
-				func(string) { logged++ }, func(n int) { sums = append(sums, n); suppressed += n })
+			logLines(strings.NewReader(in.String()), rate.NewLimiter(stderrLinesPerSecond, stderrBurst), now, stderrSummaryEvery,
+				func(string) { logged++ }, func(n int) { mu.Lock(); sums = append(sums, n); suppressed += n; mu.Unlock() })
+			mu.Lock()
+			defer mu.Unlock()
 			if logged+suppressed != c.lines {
 				t.Fatalf("logged %d + suppressed %d != %d lines", logged, suppressed, c.lines)
 			}
@@ -60,9 +65,34 @@ func TestStderrLongLines(t *testing.T) {
 	t.Parallel()
 	in := strings.Repeat("a", 100_000) + "\nnext\n" + strings.Repeat("b", 10_000)
 	var got []string
-	logLines(strings.NewReader(in), rate.NewLimiter(rate.Inf, 1), time.Now,
+	logLines(strings.NewReader(in), rate.NewLimiter(rate.Inf, 1), time.Now, stderrSummaryEvery,
 		func(l string) { got = append(got, l) }, func(int) {})
 	if len(got) != 3 || len(got[0]) > 4096 || got[1] != "next" || len(got[2]) > 4096 {
 		t.Fatalf("got %d lines: %.20q", len(got), got)
 	}
+}
+
+// TestStderrSummaryAfterFloodStops: a flood followed by silence (the
+// server keeps stderr open) still gets its summary, from the timer.
+func TestStderrSummaryAfterFloodStops(t *testing.T) {
+	t.Parallel()
+	pr, pw := io.Pipe()
+	got := make(chan int, 50)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		logLines(pr, rate.NewLimiter(rate.Limit(1e-9), 2), time.Now, 10*time.Millisecond, func(string) {}, func(n int) { got <- n })
+	}()
+	if _, err := io.WriteString(pw, strings.Repeat("flood\n", 50)); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for total < 48 {
+		total += <-got
+	}
+	if total != 48 {
+		t.Fatalf("summaries of %d lines, want 48", total)
+	}
+	_ = pw.Close()
+	<-done
 }

@@ -114,7 +114,7 @@ func (c *conn) launch(ctx context.Context) (mcp.Transport, func(), error) {
 }
 
 func (c *conn) logStderr(r io.Reader) {
-	logLines(r, rate.NewLimiter(stderrLinesPerSecond, stderrBurst), time.Now,
+	logLines(r, rate.NewLimiter(stderrLinesPerSecond, stderrBurst), time.Now, stderrSummaryEvery,
 		func(line string) {
 			c.m.log.Info("upstream stderr", "upstream", c.spec.Name, "line", truncate(c.m.redact(line), maxStderrLine))
 		},
