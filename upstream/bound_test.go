@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,8 +39,16 @@ func TestMain(m *testing.M) {
 // fakeServer speaks just enough MCP on stdin/stdout: mode "silent" never
 // answers; otherwise tools echo (answers), huge (one 64 MiB line), huge_nl
 // (64 MiB in one message with a newline between its tokens) and big12 (a
-// 12 MiB line: over the gateway's cap, under the SDK's own 16 MiB).
+// 12 MiB line: over the gateway's cap, under the SDK's own 16 MiB); mode
+// "noisy" first writes 5,000 lines to stderr.
 func fakeServer(mode string) {
+	if mode == "noisy" {
+		w := bufio.NewWriter(os.Stderr)
+		for i := range 5000 {
+			fmt.Fprintf(w, "noise %d\n", i)
+		}
+		_ = w.Flush()
+	}
 	out := bufio.NewWriterSize(os.Stdout, 1<<20)
 	send := func(id json.RawMessage, result string) {
 		fmt.Fprintf(out, `{"jsonrpc":"2.0","id":%s,"result":%s}`+"\n", id, result)
@@ -131,7 +141,12 @@ func fakeSpec(t *testing.T, name, mode string) Spec {
 
 func startManager(t *testing.T, specs ...Spec) *Manager {
 	t.Helper()
-	m, err := New(specs, Options{Sandbox: fakeSandbox{}})
+	return startManagerLog(t, slog.New(slog.DiscardHandler), specs...)
+}
+
+func startManagerLog(t *testing.T, log *slog.Logger, specs ...Spec) *Manager {
+	t.Helper()
+	m, err := New(specs, Options{Sandbox: fakeSandbox{}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,5 +371,53 @@ func TestBoundedBody(t *testing.T) {
 				t.Fatalf("tripped %v err %v, want tripped %v", tripped, err, c.tripped)
 			}
 		})
+	}
+}
+
+// countHandler counts the stderr lines logged and the lines summaries say
+// were suppressed.
+type countHandler struct {
+	mu                 sync.Mutex
+	logged, suppressed int
+}
+
+func (h *countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *countHandler) WithGroup(string) slog.Handler            { return h }
+func (h *countHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch r.Message {
+	case "upstream stderr":
+		h.logged++
+	case "upstream stderr: lines suppressed":
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "suppressed" {
+				h.suppressed += int(a.Value.Int64())
+			}
+			return true
+		})
+	}
+	return nil
+}
+
+// TestUpstreamStderrFlood: a server writing 5,000 stderr lines at once
+// gets at most the burst (plus the refill) into the log, and the rest is
+// accounted for in summaries.
+func TestUpstreamStderrFlood(t *testing.T) {
+	t.Parallel()
+	h := &countHandler{}
+	start := time.Now()
+	startManagerLog(t, slog.New(h), fakeSpec(t, "noisy", "noisy"))
+	waitFor(t, "every line logged or counted", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.logged+h.suppressed == 5000
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	bound := stderrBurst + int(time.Since(start).Seconds()*stderrLinesPerSecond) + 1
+	if h.logged > bound || h.suppressed == 0 {
+		t.Fatalf("logged %d lines (bound %d), suppressed %d", h.logged, bound, h.suppressed)
 	}
 }
