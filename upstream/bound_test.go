@@ -12,10 +12,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,6 +45,12 @@ func TestMain(m *testing.M) {
 // 12 MiB line: over the gateway's cap, under the SDK's own 16 MiB); mode
 // "noisy" first writes 5,000 lines to stderr.
 func fakeServer(mode string) {
+	if mode == "stubborn" {
+		// Ignores stdin closing and SIGTERM: only SIGKILL stops it.
+		signal.Ignore(syscall.SIGTERM)
+		_ = os.WriteFile(os.Getenv("FAKE_PIDFILE"), []byte(strconv.Itoa(os.Getpid())), 0o600)
+		defer time.Sleep(time.Hour)
+	}
 	if mode == "noisy" {
 		w := bufio.NewWriter(os.Stderr)
 		for i := range 5000 {
@@ -420,4 +429,31 @@ func TestUpstreamStderrFlood(t *testing.T) {
 	if h.logged > bound || h.suppressed == 0 {
 		t.Fatalf("logged %d lines (bound %d), suppressed %d", h.logged, bound, h.suppressed)
 	}
+}
+
+// TestUpstreamStubbornServerStopped: when the gateway stops, a server that
+// ignores its stdin closing and SIGTERM is killed and reaped.
+func TestUpstreamStubbornServerStopped(t *testing.T) {
+	t.Parallel()
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	spec := fakeSpec(t, "stubborn", "stubborn")
+	spec.Env["FAKE_PIDFILE"] = pidfile
+	m, err := New([]Spec{spec}, Options{Sandbox: fakeSandbox{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m.Start(ctx, allowLaunch{}, nil)
+	waitFor(t, "the upstream ready", func() bool { return m.Ready()["stubborn"] == StateReady })
+	b, err := os.ReadFile(pidfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	waitFor(t, "the server killed and reaped", func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH })
 }
