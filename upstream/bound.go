@@ -41,8 +41,10 @@ func (c *conn) oversized() {
 // frameReader counts the bytes of the JSON value being read from a stdio
 // server's stdout (tracking strings and nesting, so a message cannot dodge
 // the count with newlines between its tokens) and fails past limit, before
-// the SDK's decoder buffers them. A newline or the close of the top-level
-// value starts a new count.
+// the SDK's decoder buffers them. Only the close of a top-level object or
+// array starts a new count: whitespace before a value counts towards it
+// (the decoder buffers that too), and a top-level scalar, which no
+// JSON-RPC message is, never ends one.
 type frameReader struct {
 	r      io.Reader
 	limit  int
@@ -82,8 +84,6 @@ func (f *frameReader) Read(p []byte) (int, error) {
 			if f.depth == 0 {
 				f.count = 0
 			}
-		case b == '\n' && f.depth == 0:
-			f.count = 0
 		}
 		if f.count > f.limit {
 			f.err = errMessageTooLarge

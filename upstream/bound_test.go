@@ -344,6 +344,8 @@ func TestFrameReader(t *testing.T) {
 		{"brackets in strings do not close", `{"a":"}}}}}}}}}}}}}}}"}`, 14, true},
 		{"escaped quotes", `{"a":"\"}\"}\"}\"}\"}"}`, 14, true},
 		{"values back to back", `{"a":1}{"b":2}{"c":3}{"d":4}`, 10, false},
+		{"endless newlines", strings.Repeat("\n", 20), 14, true},
+		{"endless top-level scalar", strings.Repeat("1", 20), 14, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
