@@ -12,10 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/evidence/internal/rowcodec"
 	"github.com/portcullis/portcullis/wire"
 )
 
-var _ evidence.ControlStore = (*Store)(nil)
+var (
+	_ evidence.ControlStore  = (*Store)(nil)
+	_ evidence.QuotaAppender = (*Store)(nil)
+)
 
 // ConsumeQuotas draws on every quota, all or none, group-committed: the
 // draws that queue while one transaction commits go in the next (one
@@ -29,57 +33,112 @@ func (s *Store) ConsumeQuotas(ctx context.Context, qs []wire.Quota, now time.Tim
 	return s.quotas.Consume(ctx, qs, now, s.commitQuotas)
 }
 
-// commitQuotas applies a batch in one transaction: every counter row it
-// touches is created if missing and locked (SELECT ... FOR UPDATE, in key
-// order, pipelined in one round trip), the requests are settled in order
-// against the locked values (evidence.Decide), and each row gets one
-// UPDATE. The row locks make the check and the increments one step, so
-// the limit holds exactly across replicas; a hot counter costs three
-// statements per batch, not per call.
+// commitQuotas applies a batch in one transaction of its own (the
+// approval path; an admitted call's draw rides in its decision's commit,
+// AppendDrawing): see lockCounters and addCounters.
 func (s *Store) commitQuotas(ctx context.Context, batch []*evidence.QuotaRequest) error {
-	keys := evidence.Counters(batch)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		lock := &pgx.Batch{}
-		for _, k := range keys {
-			lock.Queue(`INSERT INTO portcullis_quota_counters (key, window_s, window_start, used, quota_limit)
-				VALUES ($1, $2, $3, 0, 0) ON CONFLICT (key, window_s, window_start) DO NOTHING`, k.Key, k.WindowS, k.WindowStart)
-			lock.Queue(`SELECT used FROM portcullis_quota_counters WHERE key = $1 AND window_s = $2 AND window_start = $3 FOR UPDATE`,
-				k.Key, k.WindowS, k.WindowStart)
-		}
-		res := tx.SendBatch(ctx, lock)
-		used := make(map[evidence.CounterKey]int64, len(keys))
-		for _, k := range keys {
-			if _, err := res.Exec(); err != nil {
-				_ = res.Close()
-				return err
-			}
-			var u int64
-			if err := res.QueryRow().Scan(&u); err != nil {
-				_ = res.Close()
-				return err
-			}
-			used[k] = u
-		}
-		if err := res.Close(); err != nil {
+		keys, add, limit, err := lockCounters(ctx, tx, batch)
+		if err != nil {
 			return err
 		}
-		add, limit := evidence.Decide(batch, used)
-		upd := &pgx.Batch{}
-		for _, k := range keys {
-			if add[k] > 0 {
-				upd.Queue(`UPDATE portcullis_quota_counters SET used = used + $4, quota_limit = $5, updated_at = now()
-					WHERE key = $1 AND window_s = $2 AND window_start = $3`, k.Key, k.WindowS, k.WindowStart, add[k], limit[k])
-			}
-		}
-		if upd.Len() == 0 {
-			return nil
-		}
-		return tx.SendBatch(ctx, upd).Close()
+		return addCounters(ctx, tx, keys, add, limit)
 	})
 	if err != nil {
 		return fmt.Errorf("evidence/postgres: consume quotas: %w", classify(err))
 	}
 	return nil
+}
+
+// AppendDrawing draws an admitted batch's quotas and appends its events in
+// one transaction (evidence.QuotaAppender): the counters are locked and
+// the requests settled first (lockCounters), then the events, which name
+// the refused requests' refusals, are copied in and the counters updated,
+// and one commit makes both durable. The row locks are held to the commit,
+// so the limit holds exactly across replicas.
+func (s *Store) AppendDrawing(ctx context.Context, batch []*evidence.QuotaRequest, events func() ([]evidence.Event, error)) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		keys, add, limit, err := lockCounters(ctx, tx, batch)
+		if err != nil {
+			return err
+		}
+		evs, err := events()
+		if err != nil {
+			return err
+		}
+		rows := make([][]any, len(evs))
+		for i, e := range evs {
+			if rows[i], err = rowValues(e); err != nil {
+				return fmt.Errorf("%w: %w", evidence.ErrInvalidEvent, err)
+			}
+		}
+		if err := addCounters(ctx, tx, keys, add, limit); err != nil {
+			return err
+		}
+		_, err = tx.CopyFrom(ctx, pgx.Identifier{"evidence_events"}, rowcodec.Columns, pgx.CopyFromRows(rows))
+		return err
+	})
+	switch {
+	case errors.Is(err, evidence.ErrInvalidEvent):
+		return fmt.Errorf("evidence/postgres: append drawing quotas: %w", err)
+	case err != nil:
+		return fmt.Errorf("evidence/postgres: append drawing quotas: %w", classify(err))
+	}
+	return nil
+}
+
+// lockCounters creates every counter row the batch touches if missing and
+// locks it (SELECT ... FOR UPDATE, in key order, pipelined in one round
+// trip), then settles the requests in order against the locked values
+// (evidence.Decide). The row locks make the check and the increments one
+// step, so the limit holds exactly across replicas; a hot counter costs
+// three statements per batch, not per call.
+func lockCounters(ctx context.Context, tx pgx.Tx, batch []*evidence.QuotaRequest) (keys []evidence.CounterKey, add, limit map[evidence.CounterKey]int64, err error) {
+	keys = evidence.Counters(batch)
+	lock := &pgx.Batch{}
+	for _, k := range keys {
+		lock.Queue(`INSERT INTO portcullis_quota_counters (key, window_s, window_start, used, quota_limit)
+			VALUES ($1, $2, $3, 0, 0) ON CONFLICT (key, window_s, window_start) DO NOTHING`, k.Key, k.WindowS, k.WindowStart)
+		lock.Queue(`SELECT used FROM portcullis_quota_counters WHERE key = $1 AND window_s = $2 AND window_start = $3 FOR UPDATE`,
+			k.Key, k.WindowS, k.WindowStart)
+	}
+	res := tx.SendBatch(ctx, lock)
+	used := make(map[evidence.CounterKey]int64, len(keys))
+	for _, k := range keys {
+		if _, err := res.Exec(); err != nil {
+			_ = res.Close()
+			return nil, nil, nil, err
+		}
+		var u int64
+		if err := res.QueryRow().Scan(&u); err != nil {
+			_ = res.Close()
+			return nil, nil, nil, err
+		}
+		used[k] = u
+	}
+	if err := res.Close(); err != nil {
+		return nil, nil, nil, err
+	}
+	add, limit = evidence.Decide(batch, used)
+	return keys, add, limit, nil
+}
+
+// addCounters writes what a settled batch drew: one UPDATE per counter.
+func addCounters(ctx context.Context, tx pgx.Tx, keys []evidence.CounterKey, add, limit map[evidence.CounterKey]int64) error {
+	upd := &pgx.Batch{}
+	for _, k := range keys {
+		if add[k] > 0 {
+			upd.Queue(`UPDATE portcullis_quota_counters SET used = used + $4, quota_limit = $5, updated_at = now()
+				WHERE key = $1 AND window_s = $2 AND window_start = $3`, k.Key, k.WindowS, k.WindowStart, add[k], limit[k])
+		}
+	}
+	if upd.Len() == 0 {
+		return nil
+	}
+	return tx.SendBatch(ctx, upd).Close()
 }
 
 // RefundQuotas gives draws back, never below zero.

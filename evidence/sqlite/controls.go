@@ -14,7 +14,10 @@ import (
 	"github.com/portcullis/portcullis/wire"
 )
 
-var _ evidence.ControlStore = (*Store)(nil)
+var (
+	_ evidence.ControlStore  = (*Store)(nil)
+	_ evidence.QuotaAppender = (*Store)(nil)
+)
 
 // Migration 8 adds the event kind 'approval' (issue 15): SQLite rebuilds
 // evidence_events to change its CHECK constraint (rebuildEvents, as
@@ -44,17 +47,68 @@ func (s *Store) ConsumeQuotas(ctx context.Context, qs []wire.Quota, now time.Tim
 	return s.quotas.Consume(ctx, qs, now, s.commitQuotas)
 }
 
-// commitQuotas settles a batch in one IMMEDIATE transaction (the write
-// lock is held from BEGIN): each counter is created if missing and read,
-// the requests are settled in order (evidence.Decide), and each counter
-// gets one UPDATE.
+// commitQuotas settles a batch in one IMMEDIATE transaction of its own
+// (the approval path; an admitted call's draw rides in its decision's
+// commit, AppendDrawing).
 func (s *Store) commitQuotas(ctx context.Context, batch []*evidence.QuotaRequest) error {
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	keys := evidence.Counters(batch)
+	keys, add, limit, err := lockCounters(ctx, tx, batch)
+	if err == nil {
+		err = addCounters(ctx, tx, keys, add, limit)
+	}
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
+	}
+	return nil
+}
+
+// AppendDrawing draws an admitted batch's quotas and appends its events in
+// one IMMEDIATE transaction on the writer connection
+// (evidence.QuotaAppender): the requests are settled first
+// (lockCounters), then the events, which name the refused requests'
+// refusals, are inserted and the counters updated, and one synchronous
+// commit makes both durable.
+func (s *Store) AppendDrawing(ctx context.Context, batch []*evidence.QuotaRequest, events func() ([]evidence.Event, error)) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("evidence/sqlite: append drawing quotas: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	keys, add, limit, err := lockCounters(ctx, tx, batch)
+	if err != nil {
+		return fmt.Errorf("evidence/sqlite: append drawing quotas: %w", classify(err))
+	}
+	evs, err := events()
+	if err != nil {
+		return fmt.Errorf("evidence/sqlite: append drawing quotas: %w", err)
+	}
+	if err := s.insertEvents(ctx, tx, evs); err != nil {
+		return err
+	}
+	if err := addCounters(ctx, tx, keys, add, limit); err != nil {
+		return fmt.Errorf("evidence/sqlite: append drawing quotas: %w", classify(err))
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("evidence/sqlite: commit %d events drawing quotas: %w", len(evs), classify(err))
+	}
+	return nil
+}
+
+// lockCounters creates and reads each counter of the batch (the write
+// lock is held from BEGIN IMMEDIATE) and settles the requests in order
+// (evidence.Decide).
+func lockCounters(ctx context.Context, tx *sql.Tx, batch []*evidence.QuotaRequest) (keys []evidence.CounterKey, add, limit map[evidence.CounterKey]int64, err error) {
+	keys = evidence.Counters(batch)
 	used := make(map[evidence.CounterKey]int64, len(keys))
 	for _, k := range keys {
 		var u int64
@@ -62,22 +116,24 @@ func (s *Store) commitQuotas(ctx context.Context, batch []*evidence.QuotaRequest
 			VALUES (?1, ?2, ?3, 0, 0) ON CONFLICT (key, window_s, window_start) DO UPDATE SET used = used RETURNING used`,
 			k.Key, k.WindowS, k.WindowStart).Scan(&u)
 		if err != nil {
-			return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
+			return nil, nil, nil, err
 		}
 		used[k] = u
 	}
-	add, limit := evidence.Decide(batch, used)
+	add, limit = evidence.Decide(batch, used)
+	return keys, add, limit, nil
+}
+
+// addCounters writes what a settled batch drew: one UPDATE per counter.
+func addCounters(ctx context.Context, tx *sql.Tx, keys []evidence.CounterKey, add, limit map[evidence.CounterKey]int64) error {
 	for _, k := range keys {
 		if add[k] == 0 {
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE portcullis_quota_counters SET used = used + ?4, quota_limit = ?5
 			WHERE key = ?1 AND window_s = ?2 AND window_start = ?3`, k.Key, k.WindowS, k.WindowStart, add[k], limit[k]); err != nil {
-			return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
+			return err
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
 	}
 	return nil
 }

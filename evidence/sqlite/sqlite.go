@@ -240,6 +240,17 @@ func (s *Store) Append(ctx context.Context, events []evidence.Event) error {
 		return fmt.Errorf("evidence/sqlite: append: %w", classify(err))
 	}
 	defer func() { _ = tx.Rollback() }()
+	if err := s.insertEvents(ctx, tx, events); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("evidence/sqlite: commit %d events: %w", len(events), classify(err))
+	}
+	return nil
+}
+
+// insertEvents inserts events in tx with the prepared insert.
+func (s *Store) insertEvents(ctx context.Context, tx *sql.Tx, events []evidence.Event) error {
 	stmt := tx.StmtContext(ctx, s.insert)
 	for _, e := range events {
 		j, err := rowcodec.Encode(e.Reasons, e.Args, e.Scope, e.Outcome)
@@ -268,9 +279,6 @@ func (s *Store) Append(ctx context.Context, events []evidence.Event) error {
 			nullable(rules)); err != nil {
 			return fmt.Errorf("evidence/sqlite: append event %s: %w", e.ID, classify(err))
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("evidence/sqlite: commit %d events: %w", len(events), classify(err))
 	}
 	return nil
 }

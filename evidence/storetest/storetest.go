@@ -70,6 +70,7 @@ func Run(t *testing.T, open func(t *testing.T) evidence.Store) {
 		{"LegalHoldLock", testLegalHoldLock},
 		{"LegalHoldErrors", testLegalHoldErrors},
 		{"QuotaExact", testQuotaExact},
+		{"QuotaInDecisionCommit", testQuotaInDecisionCommit},
 		{"ParkedExactlyOnce", testParkedExactlyOnce},
 	}
 	for _, tc := range tests {
