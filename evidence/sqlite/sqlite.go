@@ -424,40 +424,23 @@ func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptLi
 	if err != nil {
 		return wire.ReceiptList{}, fmt.Errorf("evidence/sqlite: list receipts: %w", err)
 	}
-	list := wire.ReceiptList{Receipts: []wire.Receipt{}}
-	if len(decisions) > p.Limit {
-		decisions = decisions[:p.Limit]
-		last := decisions[len(decisions)-1]
-		list.NextCursor = evidence.EncodeCursor(last.Time, last.ID)
-	}
-	if len(decisions) == 0 {
-		return list, nil
-	}
-	ids := make([]any, len(decisions))
-	for i, d := range decisions {
-		ids[i] = d.ID.String()
-	}
-	outs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind = 'outcome' AND receipt_id IN ("+
-		strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")+")", ids...)
+	list, err := evidence.PageReceipts(decisions, p.Limit, func(ids []uuid.UUID) ([]evidence.Event, error) {
+		args := make([]any, len(ids))
+		for i, id := range ids {
+			args[i] = id.String()
+		}
+		return s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind = 'outcome' AND receipt_id IN ("+
+			strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")+")", args...)
+	})
 	if err != nil {
-		return wire.ReceiptList{}, fmt.Errorf("evidence/sqlite: list outcomes: %w", err)
-	}
-	byReceipt := make(map[uuid.UUID][]evidence.Event, len(outs))
-	for _, o := range outs {
-		byReceipt[o.ReceiptID] = append(byReceipt[o.ReceiptID], o)
-	}
-	for _, d := range decisions {
-		list.Receipts = append(list.Receipts, evidence.BuildReceipt(d, evidence.LatestOutcome(byReceipt[d.ID])))
+		return wire.ReceiptList{}, fmt.Errorf("evidence/sqlite: %w", err)
 	}
 	return list, nil
 }
 
 // PendingDecisions lists the instance's allow decisions without outcome.
 func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
-	rows, err := s.q.QueryContext(ctx, `SELECT d.id FROM evidence_events d
-		WHERE d.kind = 'decision' AND d.decision = 'allow' AND d.instance_id = ?
-		AND NOT EXISTS (SELECT 1 FROM evidence_events o WHERE o.receipt_id = d.id AND o.kind = 'outcome')
-		ORDER BY d.ts, d.id`, instanceID)
+	rows, err := s.q.QueryContext(ctx, evidence.SQLPendingDecisions, instanceID)
 	if err != nil {
 		return nil, fmt.Errorf("evidence/sqlite: pending decisions: %w", classify(err))
 	}
@@ -487,8 +470,7 @@ func (s *Store) ChainHead(ctx context.Context, instanceID string) (uuid.UUID, in
 		seq   int64
 		hash  []byte
 	)
-	err := s.q.QueryRowContext(ctx, `SELECT chain_id, chain_seq, hash FROM evidence_events
-		WHERE instance_id = ? ORDER BY chain_id DESC, chain_seq DESC LIMIT 1`, instanceID).Scan(&chain, &seq, &hash)
+	err := s.q.QueryRowContext(ctx, evidence.SQLChainHead, instanceID).Scan(&chain, &seq, &hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return uuid.Nil, 0, nil, nil
 	}
