@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/portcullis/portcullis/evidence/internal/rowcodec"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -221,4 +222,36 @@ func LockAndDecide(ctx context.Context, tx DrawTx, batch []*QuotaRequest) (keys 
 	}
 	add, limit = Decide(batch, used)
 	return keys, add, limit, nil
+}
+
+// ScannedRow completes an event scanned from an evidence_events row (the
+// columns rowcodec.Columns names): its JSON columns decoded, its body
+// kept, and empty hashes as nil, as the Writer wrote them.
+func ScannedRow(e *Event, reasons, args, scope, outcome, body []byte) error {
+	if len(body) > 0 {
+		e.Body = json.RawMessage(body)
+	}
+	if len(e.PrevHash) == 0 {
+		e.PrevHash = nil
+	}
+	if len(e.Hash) == 0 {
+		e.Hash = nil
+	}
+	var err error
+	e.Reasons, e.Args, e.Scope, e.Outcome, err = rowcodec.Decode(rowcodec.JSON{Reasons: reasons, Args: args, Scope: scope, Outcome: outcome})
+	if err != nil {
+		return fmt.Errorf("event %s: %w", e.ID, err)
+	}
+	return nil
+}
+
+// ReceiptFrom is receipt id built from the events stored under it, or
+// ErrNotFound when its decision is not among them.
+func ReceiptFrom(id uuid.UUID, evs []Event) (wire.Receipt, error) {
+	for _, e := range evs {
+		if e.Kind == KindDecision && e.ID == id {
+			return BuildReceipt(e, LatestOutcome(evs)), nil
+		}
+	}
+	return wire.Receipt{}, fmt.Errorf("receipt %s: %w", id, ErrNotFound)
 }

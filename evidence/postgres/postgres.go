@@ -7,7 +7,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -370,24 +369,14 @@ func scanEvents(rows pgx.Rows) ([]evidence.Event, error) {
 		if len(e.RuleIDs) == 0 {
 			e.RuleIDs = nil
 		}
-		if len(body) > 0 {
-			e.Body = json.RawMessage(body)
-		}
 		e.Time = e.Time.UTC()
-		if len(e.PrevHash) == 0 {
-			e.PrevHash = nil
-		}
-		if len(e.Hash) == 0 {
-			e.Hash = nil
-		}
 		e.ID, e.ReceiptID, e.ChainID = id.Bytes, rid.Bytes, chain.Bytes
 		if parent.Valid {
 			p := uuid.UUID(parent.Bytes)
 			e.ParentReceiptID = &p
 		}
-		var err error
-		if e.Reasons, e.Args, e.Scope, e.Outcome, err = rowcodec.Decode(j); err != nil {
-			return nil, fmt.Errorf("event %s: %w", e.ID, err)
+		if err := evidence.ScannedRow(&e, j.Reasons, j.Args, j.Scope, j.Outcome, body); err != nil {
+			return nil, err
 		}
 		out = append(out, e)
 	}
@@ -412,12 +401,7 @@ func (s *Store) Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt, error)
 	if err != nil {
 		return wire.Receipt{}, fmt.Errorf("evidence/postgres: receipt %s: %w", id, err)
 	}
-	for _, e := range evs {
-		if e.Kind == evidence.KindDecision && e.ID == id {
-			return evidence.BuildReceipt(e, evidence.LatestOutcome(evs)), nil
-		}
-	}
-	return wire.Receipt{}, fmt.Errorf("receipt %s: %w", id, evidence.ErrNotFound)
+	return evidence.ReceiptFrom(id, evs)
 }
 
 // Receipts lists receipts newest first with keyset pagination over

@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -113,25 +113,7 @@ func TestConcurrentOpen(t *testing.T) {
 	t.Parallel()
 	dbURL := freshDatabase(t)
 	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make([]error, 4)
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s, err := postgres.Open(ctx, dbURL)
-			if err == nil {
-				err = s.Close()
-			}
-			errs[i] = err
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("Open #%d: %v", i, err)
-		}
-	}
+	storetest.ConcurrentOpen(t, func() (io.Closer, error) { return postgres.Open(ctx, dbURL) })
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)

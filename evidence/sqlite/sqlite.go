@@ -8,7 +8,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -311,16 +310,7 @@ func (s *Store) query(ctx context.Context, q string, args ...any) ([]evidence.Ev
 		if e.RuleIDs, err = rowcodec.DecodeRuleIDs(rules); err != nil {
 			return nil, fmt.Errorf("event %s: %w", e.ID, err)
 		}
-		if len(body) > 0 {
-			e.Body = json.RawMessage(body)
-		}
 		e.Time = time.UnixMicro(ts).UTC()
-		if len(e.PrevHash) == 0 {
-			e.PrevHash = nil
-		}
-		if len(e.Hash) == 0 {
-			e.Hash = nil
-		}
 		if e.ID, err = uuid.Parse(id); err != nil {
 			return nil, fmt.Errorf("stored id %q: %w", id, err)
 		}
@@ -337,8 +327,8 @@ func (s *Store) query(ctx context.Context, q string, args ...any) ([]evidence.Ev
 			}
 			e.ParentReceiptID = &p
 		}
-		if e.Reasons, e.Args, e.Scope, e.Outcome, err = rowcodec.Decode(rowcodec.JSON{Reasons: reasons, Args: args, Scope: scop, Outcome: outcome}); err != nil {
-			return nil, fmt.Errorf("event %s: %w", e.ID, err)
+		if err := evidence.ScannedRow(&e, reasons, args, scop, outcome, body); err != nil {
+			return nil, err
 		}
 		out = append(out, e)
 	}
@@ -354,12 +344,7 @@ func (s *Store) Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt, error)
 	if err != nil {
 		return wire.Receipt{}, fmt.Errorf("evidence/sqlite: receipt %s: %w", id, err)
 	}
-	for _, e := range evs {
-		if e.Kind == evidence.KindDecision && e.ID == id {
-			return evidence.BuildReceipt(e, evidence.LatestOutcome(evs)), nil
-		}
-	}
-	return wire.Receipt{}, fmt.Errorf("receipt %s: %w", id, evidence.ErrNotFound)
+	return evidence.ReceiptFrom(id, evs)
 }
 
 // Receipts lists receipts newest first with keyset pagination over (ts, id).
