@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/portcullis/portcullis/evidence/internal/rowcodec"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -224,10 +223,9 @@ func LockAndDecide(ctx context.Context, tx DrawTx, batch []*QuotaRequest) (keys 
 	return keys, add, limit, nil
 }
 
-// ScannedRow completes an event scanned from an evidence_events row (the
-// columns rowcodec.Columns names): its JSON columns decoded, its body
-// kept, and empty hashes as nil, as the Writer wrote them.
-func ScannedRow(e *Event, reasons, args, scope, outcome, body []byte) error {
+// ScannedRow completes an event scanned from an evidence_events row: its
+// body kept, and empty hashes as nil, as the Writer wrote them.
+func ScannedRow(e *Event, body []byte) {
 	if len(body) > 0 {
 		e.Body = json.RawMessage(body)
 	}
@@ -237,12 +235,6 @@ func ScannedRow(e *Event, reasons, args, scope, outcome, body []byte) error {
 	if len(e.Hash) == 0 {
 		e.Hash = nil
 	}
-	var err error
-	e.Reasons, e.Args, e.Scope, e.Outcome, err = rowcodec.Decode(rowcodec.JSON{Reasons: reasons, Args: args, Scope: scope, Outcome: outcome})
-	if err != nil {
-		return fmt.Errorf("event %s: %w", e.ID, err)
-	}
-	return nil
 }
 
 // ReceiptFrom is receipt id built from the events stored under it, or
@@ -254,4 +246,34 @@ func ReceiptFrom(id uuid.UUID, evs []Event) (wire.Receipt, error) {
 		}
 	}
 	return wire.Receipt{}, fmt.Errorf("receipt %s: %w", id, ErrNotFound)
+}
+
+// CheckSchema compares the migrations a store records (applied: version
+// to whether it is applied) with the versions this binary has: a newer
+// schema, or one that lacks a migration, is ErrSchemaMismatch naming what
+// (the database, or its file) and what to do. A read-only store never
+// migrates, so it checks this before reading.
+func CheckSchema(what string, applied map[int64]bool, versions []int64) error {
+	var missing []string
+	latest, current := int64(0), int64(0)
+	for _, v := range versions {
+		latest = max(latest, v)
+		if !applied[v] {
+			missing = append(missing, fmt.Sprint(v))
+		}
+	}
+	for v, ok := range applied {
+		if ok {
+			current = max(current, v)
+		}
+	}
+	switch {
+	case current > latest:
+		return fmt.Errorf("%w: %s has schema version %d, newer than this binary's %d: verify with the gateway that wrote it",
+			ErrSchemaMismatch, what, current, latest)
+	case len(missing) > 0:
+		return fmt.Errorf("%w: %s lacks migration(s) %s of this binary (schema %d, want %d): run `gateway migrate` first; verify never migrates",
+			ErrSchemaMismatch, what, strings.Join(missing, ", "), current, latest)
+	}
+	return nil
 }

@@ -375,8 +375,10 @@ func scanEvents(rows pgx.Rows) ([]evidence.Event, error) {
 			p := uuid.UUID(parent.Bytes)
 			e.ParentReceiptID = &p
 		}
-		if err := evidence.ScannedRow(&e, j.Reasons, j.Args, j.Scope, j.Outcome, body); err != nil {
-			return nil, err
+		evidence.ScannedRow(&e, body)
+		var err error
+		if e.Reasons, e.Args, e.Scope, e.Outcome, err = rowcodec.Decode(j); err != nil {
+			return nil, fmt.Errorf("event %s: %w", e.ID, err)
 		}
 		out = append(out, e)
 	}

@@ -327,8 +327,9 @@ func (s *Store) query(ctx context.Context, q string, args ...any) ([]evidence.Ev
 			}
 			e.ParentReceiptID = &p
 		}
-		if err := evidence.ScannedRow(&e, reasons, args, scop, outcome, body); err != nil {
-			return nil, err
+		evidence.ScannedRow(&e, body)
+		if e.Reasons, e.Args, e.Scope, e.Outcome, err = rowcodec.Decode(rowcodec.JSON{Reasons: reasons, Args: args, Scope: scop, Outcome: outcome}); err != nil {
+			return nil, fmt.Errorf("event %s: %w", e.ID, err)
 		}
 		out = append(out, e)
 	}
