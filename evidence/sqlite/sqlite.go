@@ -91,11 +91,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	if err := w.PingContext(ctx); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("evidence/sqlite: open %s: %w", path, classify(err))
-	}
-	if err := migrateLocked(ctx, path, w); err != nil {
+	if err := openLocked(ctx, path, w); err != nil {
 		w.Close()
 		return nil, err
 	}
@@ -126,6 +122,22 @@ func Migrate(ctx context.Context, path string) error {
 	defer db.Close()
 	db.SetMaxOpenConns(1)
 	return migrateLocked(ctx, path, db)
+}
+
+// openLocked makes the first connection (whose pragmas switch a fresh file
+// to WAL, which takes the file's exclusive lock and may answer
+// SQLITE_BUSY at once rather than wait) and migrates, both under the
+// migration lock, so processes opening one file at once take turns.
+func openLocked(ctx context.Context, path string, db *sql.DB) error {
+	unlock, err := lockFileWait(ctx, path+"-migrate")
+	if err != nil {
+		return fmt.Errorf("evidence/sqlite: migration lock %s-migrate: %w", path, err)
+	}
+	defer unlock()
+	if err := db.PingContext(ctx); err != nil {
+		return fmt.Errorf("evidence/sqlite: open %s: %w", path, classify(err))
+	}
+	return migrateDB(ctx, db)
 }
 
 // migrateLocked migrates while holding the file "<path>-migrate" locked, so
