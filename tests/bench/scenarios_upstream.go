@@ -51,7 +51,9 @@ func (e *benchEnv) mcpModules() string {
 // the governed upstream "web" (validate against the inputSchema, decide on
 // the shipped policy, decision durable before dispatch, outcome durable
 // before the answer, on the embedded store). One client first, the case the
-// goal (gateway p50 ≤ 1.2× direct) is about, then -clients.
+// goal (gateway p50 ≤ 1.2× direct) is about, then -clients; closed loop
+// only: server-everything (node) falls over under the open-loop backlog
+// (resets connections, then exits), which would measure nothing.
 func (r *runner) upstreamScenario(ctx context.Context) error {
 	const scenario = "upstream"
 	node, err := exec.LookPath("node")
@@ -78,8 +80,8 @@ func (r *runner) upstreamScenario(ctx context.Context) error {
 	errs = append(errs, r.withMCP(ctx, directURL, "", "echo", func(op Op) error {
 		return r.measure(ctx, scenario, system{
 			name: "direct", unit: "calls/s", op: op, pid: everything.pid(), cpuScope: "server-everything (node)",
-			clients: clients,
-			note:    "official Go SDK client → server-everything echo over Streamable HTTP, no gateway",
+			clients: clients, noOpen: true,
+			note: "official Go SDK client → server-everything echo over Streamable HTTP, no gateway",
 		})
 	}))
 	err = r.withServer(ctx, func(ctx context.Context) (*server, error) {
@@ -89,8 +91,8 @@ func (r *runner) upstreamScenario(ctx context.Context) error {
 		return r.withMCP(ctx, s.baseURL+"/mcp", r.env.key, "web.echo", func(op Op) error {
 			return r.measure(ctx, scenario, system{
 				name: "gateway/sqlite", unit: "calls/s", op: op, pid: s.pid(), cpuScope: "gateway process (not the upstream)",
-				clients: clients,
-				note:    "the same client → gateway MCP tools/call web.echo → the same server; shipped policy, decision + outcome durable",
+				clients: clients, noOpen: true,
+				note: "the same client → gateway MCP tools/call web.echo → the same server; shipped policy, decision + outcome durable",
 			})
 		})
 	})
