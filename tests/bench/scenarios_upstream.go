@@ -50,10 +50,11 @@ func (e *benchEnv) mcpModules() string {
 // and through the gateway's MCP endpoint, which fronts that same server as
 // the governed upstream "web" (validate against the inputSchema, decide on
 // the shipped policy, decision durable before dispatch, outcome durable
-// before the answer, on the embedded store). One client first, the case the
-// goal (gateway p50 ≤ 1.2× direct) is about, then -clients; closed loop
-// only: server-everything (node) falls over under the open-loop backlog
-// (resets connections, then exits), which would measure nothing.
+// before the answer; on the embedded store and on PostgreSQL). One client
+// first, the case the goal (gateway p50 ≤ 1.2× direct) is about, then
+// -clients; closed loop only: server-everything (node) falls over under the
+// open-loop backlog (resets connections, then exits), which would measure
+// nothing.
 func (r *runner) upstreamScenario(ctx context.Context) error {
 	const scenario = "upstream"
 	node, err := exec.LookPath("node")
@@ -84,19 +85,25 @@ func (r *runner) upstreamScenario(ctx context.Context) error {
 			note: "official Go SDK client → server-everything echo over Streamable HTTP, no gateway",
 		})
 	}))
-	err = r.withServer(ctx, func(ctx context.Context) (*server, error) {
-		return r.env.startGateway(ctx, gatewayOptions{name: "upstream", backend: "process", bundle: bundle,
-			extra: fmt.Sprintf("upstreams:\n  - name: web\n    url: %q\n    allow_networks: [\"127.0.0.1/32\"]\n", directURL)})
-	}, func(s *server) error {
-		return r.withMCP(ctx, s.baseURL+"/mcp", r.env.key, "web.echo", func(op Op) error {
-			return r.measure(ctx, scenario, system{
-				name: "gateway/sqlite", unit: "calls/s", op: op, pid: s.pid(), cpuScope: "gateway process (not the upstream)",
-				clients: clients, noOpen: true,
-				note: "the same client → gateway MCP tools/call web.echo → the same server; shipped policy, decision + outcome durable",
+	for _, pg := range []bool{false, true} {
+		label := "sqlite"
+		if pg {
+			label = "postgres"
+		}
+		err = r.withServer(ctx, func(ctx context.Context) (*server, error) {
+			return r.env.startGateway(ctx, gatewayOptions{name: "upstream-" + label, postgres: pg, backend: "process", bundle: bundle,
+				extra: fmt.Sprintf("upstreams:\n  - name: web\n    url: %q\n    allow_networks: [\"127.0.0.1/32\"]\n", directURL)})
+		}, func(s *server) error {
+			return r.withMCP(ctx, s.baseURL+"/mcp", r.env.key, "web.echo", func(op Op) error {
+				return r.measure(ctx, scenario, system{
+					name: "gateway/" + label, unit: "calls/s", op: op, pid: s.pid(), cpuScope: "gateway process (not the upstream)",
+					db: s.dbName, clients: clients, noOpen: true,
+					note: "the same client → gateway MCP tools/call web.echo → the same server; shipped policy, decision + outcome durable",
+				})
 			})
 		})
-	})
-	errs = append(errs, err)
+		errs = append(errs, err)
+	}
 	r.upstreamNote()
 	return errors.Join(errs...)
 }
@@ -104,25 +111,27 @@ func (r *runner) upstreamScenario(ctx context.Context) error {
 // upstreamNote puts the side-by-side figure the goal is about in the notes:
 // p50 and throughput of one client, gateway vs direct.
 func (r *runner) upstreamNote() {
-	var direct, gw *Result
+	var direct *Result
+	var gws []*Result
 	for _, res := range r.report.Results {
 		if res.Scenario != "upstream" || res.Mode != "closed" || res.Clients != 1 {
 			continue
 		}
-		switch res.System {
-		case "direct":
+		if res.System == "direct" {
 			direct = res
-		case "gateway/sqlite":
-			gw = res
+		} else {
+			gws = append(gws, res)
 		}
 	}
-	if direct == nil || gw == nil || direct.P50ms == 0 {
+	if direct == nil || direct.P50ms == 0 {
 		return
 	}
-	note := fmt.Sprintf("upstream, 1 client: gateway p50 %.2f ms vs direct %.2f ms (%.2f×); %.0f vs %.0f calls/s",
-		gw.P50ms, direct.P50ms, gw.P50ms/direct.P50ms, gw.OpsPerSec, direct.OpsPerSec)
-	logf("%s", note)
-	r.report.Notes = append(r.report.Notes, note)
+	for _, gw := range gws {
+		note := fmt.Sprintf("upstream, 1 client: %s p50 %.2f ms vs direct %.2f ms (%.2f×); %.0f vs %.0f calls/s",
+			gw.System, gw.P50ms, direct.P50ms, gw.P50ms/direct.P50ms, gw.OpsPerSec, direct.OpsPerSec)
+		logf("%s", note)
+		r.report.Notes = append(r.report.Notes, note)
+	}
 }
 
 // startEverything runs server-everything in its Streamable HTTP mode on a
