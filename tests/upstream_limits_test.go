@@ -57,7 +57,8 @@ for line in sys.stdin:
 // launch receipt records them, the server sees its nofile limit from its
 // first instruction, a small allocation works, and it cannot allocate past
 // memory_bytes: the allocation fails (RLIMIT_DATA) or the server is killed
-// (memory cgroup), which the call answers backend_unavailable.
+// (memory cgroup), which the call answers backend_unavailable; the receipt
+// says which mechanism holds.
 func TestUpstreamLaunchLimits(t *testing.T) {
 	requireBwrap(t)
 	dir := t.TempDir()
@@ -87,9 +88,11 @@ func TestUpstreamLaunchLimits(t *testing.T) {
 	st := waitUpstream(t, g, "fake", "ready")
 	id, _ := st["launch_receipt_id"].(string)
 	rc, ok := g.getReceipt(t, id)
-	if !ok || !strings.Contains(rc.raw, `"memory_bytes":268435456`) || !strings.Contains(rc.raw, `"nofile":64`) {
-		t.Fatalf("the launch receipt must record the limits: %s", rc.raw)
+	if !ok || !strings.Contains(rc.raw, `"memory_bytes":268435456`) || !strings.Contains(rc.raw, `"nofile":64`) ||
+		!strings.Contains(rc.raw, `"memory_limit":"cgroup"`) && !strings.Contains(rc.raw, `"memory_limit":"rlimit_data"`) {
+		t.Fatalf("the launch receipt must record the limits and how memory is bounded: %s", rc.raw)
 	}
+	cgroup := strings.Contains(rc.raw, `"memory_limit":"cgroup"`)
 
 	res := g.call(t, agent, map[string]any{"tool": "fake.limits", "input": map[string]any{}})
 	if !res.Output.Success {
@@ -109,16 +112,13 @@ func TestUpstreamLaunchLimits(t *testing.T) {
 		t.Fatalf("a 1 GiB allocation under the launch decision's 256 MiB succeeded: %d %s", big.status, big.body)
 	}
 	t.Logf("a 1 GiB allocation under 256 MiB: HTTP %d %s", big.status, big.errCode())
-	switch code := big.errCode(); code {
-	case "tool_error": // RLIMIT_DATA: the allocation failed
-		if !strings.Contains(upstreamText(t, big), "MemoryError") {
-			t.Fatalf("tool_error without MemoryError: %s", big.body)
+	// As the receipt says: RLIMIT_DATA fails the allocation (the server
+	// answers MemoryError); the memory cgroup kills the server.
+	if cgroup {
+		if big.status != http.StatusServiceUnavailable || big.errCode() != "backend_unavailable" {
+			t.Fatalf("a 1 GiB allocation under a 256 MiB memory cgroup: want the server killed (503 backend_unavailable), got %d %s", big.status, big.body)
 		}
-	case "backend_unavailable": // the memory cgroup: the server was killed
-		if big.status != http.StatusServiceUnavailable {
-			t.Fatalf("backend_unavailable with HTTP %d", big.status)
-		}
-	default:
-		t.Fatalf("a 1 GiB allocation: want tool_error (MemoryError) or backend_unavailable, got %d %s", big.status, big.body)
+	} else if big.errCode() != "tool_error" || !strings.Contains(upstreamText(t, big), "MemoryError") {
+		t.Fatalf("a 1 GiB allocation under RLIMIT_DATA 256 MiB: want tool_error MemoryError, got %d %s", big.status, big.body)
 	}
 }
