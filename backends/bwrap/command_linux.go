@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/portcullis/portcullis/backends/process"
@@ -22,7 +23,8 @@ import (
 // RLIMIT_DATA without a memory cgroup) are set on it and it is in its own
 // cgroup (pids.max, and memory_bytes where a memory cgroup is available),
 // so nothing the server runs is ever unlimited; a limit that cannot be set
-// kills it before it starts. Unlike Run it has no timeout (timeout_s and
+// kills it before it starts. A server that may write to a tree another
+// sandbox's setup searches is stopped during that setup, as a call is. Unlike Run it has no timeout (timeout_s and
 // max_output_bytes do not apply to a server that runs on) and no egress
 // proxy: posture allowlist is refused (off or full only). release closes
 // the descriptors bwrap read its data from and removes the cgroup (killing
@@ -46,28 +48,38 @@ func (r *Runner) Command(ctx context.Context, argv, env []string, scope wire.Sco
 	if err != nil {
 		return nil, nil, fmt.Errorf("bwrap: %w", err)
 	}
+	// Like a call's setup, this one stops the running programs that could
+	// write to the trees it searches until its child is released; then the
+	// server is one of them, stopped in turn while another sandbox is set
+	// up over a tree it may write (freeze_linux.go).
+	hold := r.frz.begin(sandbox.ScanRoots(scope.FSGrants, r.opts.Profile.SkipScan))
 	prof, win, err := r.cache.Build(spec)
 	if err != nil {
+		hold.end()
 		return nil, nil, fmt.Errorf("bwrap: %w", err)
 	}
 	win.Close() // no post-run autorun check for a server that runs on
 	filter, err := seccompFilter()
 	if err != nil {
+		hold.end()
 		return nil, nil, err
 	}
 	c := &bwrapCall{prof: prof}
 	if err := c.openDataFiles(filter); err != nil {
+		hold.end()
 		c.files.closeAll()
 		return nil, nil, err
 	}
 	cg, err := r.callCgroup(ctx, memBytes)
 	if err != nil {
+		hold.end()
 		c.files.closeAll()
 		c.closeExtra()
 		return nil, nil, err
 	}
 	blockR, blockW, err := os.Pipe()
 	if err != nil {
+		hold.end()
 		c.files.closeAll()
 		c.closeExtra()
 		if cg != nil {
@@ -87,7 +99,11 @@ func (r *Runner) Command(ctx context.Context, argv, env []string, scope wire.Sco
 	// pipe; the reader limits it, moves it into the cgroup and releases it
 	// (or kills it when that fails). A command that never starts leaves the
 	// reader waiting until release closes the pipe.
-	st := &statusReader{cg: cg, block: blockW, limits: limits}
+	var running atomic.Pointer[runningCall]
+	st := &statusReader{cg: cg, block: blockW, limits: limits, gate: func(pid int) error {
+		running.Store(hold.release(c.prof.ReadWrite, cg, pid))
+		return nil
+	}}
 	go func() {
 		st.read(c.statusR)
 		if err := st.error(); err != nil {
@@ -95,8 +111,10 @@ func (r *Runner) Command(ctx context.Context, argv, env []string, scope wire.Sco
 		}
 	}()
 	release := func() {
+		hold.end() // a command that never started
 		c.files.closeAll()
 		c.closeExtra()
+		r.frz.unregister(running.Load())
 		if cg != nil {
 			cg.Remove()
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/portcullis/portcullis/wire"
 )
@@ -65,5 +66,53 @@ print('allocated', flush=True)
 				t.Errorf("RLIMIT_DATA: want MemoryError, stderr %q", stderr.String())
 			}
 		})
+	}
+}
+
+// TestCommandRegistersWriter: a server with a read-write grant is one of
+// the running programs another sandbox's setup stops (freeze_linux.go)
+// while it runs, and is forgotten once released.
+func TestCommandRegistersWriter(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	f := newFixture(t)
+	r := f.runner()
+	if r.cgroups == nil {
+		t.Skip("no pids cgroup here: running programs cannot be enumerated to be stopped (documented)")
+	}
+	writers := func() (n int) {
+		r.frz.mu.Lock()
+		defer r.frz.mu.Unlock()
+		for rc := range r.frz.running {
+			for _, p := range rc.rw {
+				if p == f.rw {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	cmd, release, err := r.Command(context.Background(), []string{"/bin/sh", "-c", "read line"},
+		[]string{"PATH=/usr/bin:/bin"}, f.scope(wire.PostureOff))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); writers() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the running server is not registered as a writer of its read-write grant")
+		}
+	}
+	_, _ = stdin.Write([]byte("done\n"))
+	_ = cmd.Wait()
+	release()
+	if n := writers(); n != 0 {
+		t.Fatalf("%d writers registered after the server ended", n)
 	}
 }
