@@ -116,6 +116,7 @@ func (r *QuotaRequest) Settle(ok bool) {
 		r.Refuse(0)
 		return
 	}
+	r.exceeded = nil
 	r.draws = make([]QuotaDraw, 0, len(r.Quotas))
 	for _, q := range r.Quotas {
 		r.draws = append(r.draws, QuotaDraw{Key: q.Key, WindowS: q.WindowS, WindowStart: WindowStart(r.Now, q.WindowS), Cost: q.Cost})
@@ -189,6 +190,18 @@ func Decide(batch []*QuotaRequest, used map[CounterKey]int64) (add map[CounterKe
 		r.Settle(true)
 	}
 	return add, limit
+}
+
+// QuotaAppender is a store that draws quotas in the transaction that
+// appends events, so that a call's draw and its decision receipt are one
+// commit (Writer.AppendDrawing).
+type QuotaAppender interface {
+	// AppendDrawing runs one transaction: it locks the counters of batch
+	// (Counters order), settles the requests in order against them
+	// (Decide), then appends the events that events builds (which may
+	// depend on which requests were refused), adds the draws to the
+	// counters and commits. On any error nothing is drawn nor appended.
+	AppendDrawing(ctx context.Context, batch []*QuotaRequest, events func() ([]Event, error)) error
 }
 
 // QuotaBatch group-commits quota draws for a store: the requests that

@@ -82,6 +82,13 @@ type request struct {
 	// goroutine so the commit loop only links (nil when unhashed).
 	digests []Digest
 	done    chan error
+
+	// quota, when set, is drawn in the commit that appends events
+	// (AppendDrawing); when it is refused, refusal's events are appended
+	// instead and exceeded is set before done.
+	quota    *QuotaRequest
+	refusal  func(*QuotaExceeded) []Event
+	exceeded *QuotaExceeded
 }
 
 // NewWriter starts the writer's goroutine. Close stops it.
@@ -151,6 +158,54 @@ func (w *Writer) Append(ctx context.Context, events ...Event) error {
 	if len(events) == 0 {
 		return nil
 	}
+	prepared, digests, err := w.prepareAll(events)
+	if err != nil {
+		return err
+	}
+	return w.enqueue(&request{ctx: ctx, events: prepared, digests: digests, done: make(chan error, 1)})
+}
+
+// DrawsQuotas reports whether the writer's store draws quotas in the
+// transaction that appends events (AppendDrawing can be used).
+func (w *Writer) DrawsQuotas() bool {
+	_, ok := w.store.(QuotaAppender)
+	return ok
+}
+
+// AppendDrawing is Append for an admitted call's decision whose quotas
+// (contract section 10) must be drawn first: the draw of qs in the window
+// holding now, all or none, rides in the same transaction as the events
+// (one commit for both, group-committed with every other append). A
+// request whose draw would pass a limit draws nothing and appends
+// refusal's events instead (its receipt records the refusal); exceeded
+// says which quota refused it. An error means nothing was drawn or
+// recorded as far as the caller knows (as for Append). The store must be
+// a QuotaAppender (DrawsQuotas).
+func (w *Writer) AppendDrawing(ctx context.Context, qs []wire.Quota, now time.Time, refusal func(*QuotaExceeded) []Event, events ...Event) (*QuotaExceeded, error) {
+	if !w.DrawsQuotas() || refusal == nil {
+		return nil, fmt.Errorf("evidence: this writer's store cannot draw quotas with its events")
+	}
+	qs = SortQuotas(qs)
+	for _, q := range qs {
+		if q.Cost > q.Limit { // never fits: refused without touching the counters
+			ex := &QuotaExceeded{Quota: q, RetryAfter: RetryAfter(now, q.WindowS)}
+			return ex, w.Append(ctx, refusal(ex)...)
+		}
+	}
+	prepared, digests, err := w.prepareAll(events)
+	if err != nil {
+		return nil, err
+	}
+	r := &request{ctx: ctx, events: prepared, digests: digests, done: make(chan error, 1),
+		quota: &QuotaRequest{Quotas: qs, Now: now}, refusal: refusal}
+	if err := w.enqueue(r); err != nil {
+		return nil, err
+	}
+	return r.exceeded, nil
+}
+
+// prepareAll prepares events and, unless unhashed, their content digests.
+func (w *Writer) prepareAll(events []Event) ([]Event, []Digest, error) {
 	prepared := make([]Event, len(events))
 	var digests []Digest
 	if !w.unhashed {
@@ -159,7 +214,7 @@ func (w *Writer) Append(ctx context.Context, events ...Event) error {
 	for i, e := range events {
 		p, err := w.prepare(e)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		prepared[i] = p
 		if digests != nil {
@@ -168,11 +223,15 @@ func (w *Writer) Append(ctx context.Context, events ...Event) error {
 			// goroutine, in parallel with other appends and with the
 			// commit in progress.
 			if digests[i], err = ContentDigest(p); err != nil {
-				return fmt.Errorf("%w: %v", ErrInvalidEvent, err)
+				return nil, nil, fmt.Errorf("%w: %v", ErrInvalidEvent, err)
 			}
 		}
 	}
-	r := &request{ctx: ctx, events: prepared, digests: digests, done: make(chan error, 1)}
+	return prepared, digests, nil
+}
+
+// enqueue queues r and waits for its commit.
+func (w *Writer) enqueue(r *request) error {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -187,8 +246,8 @@ func (w *Writer) Append(ctx context.Context, events ...Event) error {
 	select {
 	case err := <-r.done:
 		return err
-	case <-ctx.Done():
-		return fmt.Errorf("evidence: append abandoned before commit was confirmed: %w", ctx.Err())
+	case <-r.ctx.Done():
+		return fmt.Errorf("evidence: append abandoned before commit was confirmed: %w", r.ctx.Err())
 	}
 }
 
@@ -465,43 +524,95 @@ func (w *Writer) commitEvents(ctx context.Context, batch []*request, n int) erro
 		}
 	}
 	w.dirty = false
-	events := make([]Event, 0, n+1)
-	chainID, seq, head := w.chainID, w.seq, w.head
+	var start *Event
 	if !w.started {
-		start, err := w.chainStart(ctx)
+		e, err := w.chainStart(ctx)
 		if err != nil {
 			return err
 		}
+		start = &e
+	}
+	var quotas []*QuotaRequest
+	for _, r := range batch {
+		r.exceeded = nil
+		if r.quota != nil {
+			quotas = append(quotas, r.quota)
+		}
+	}
+	var (
+		chainID, seq, head = w.chainID, w.seq, w.head
+		events             []Event
+	)
+	link := func() ([]Event, error) {
+		var err error
+		chainID, seq, head, events, err = w.link(batch, n, start)
+		return events, err
+	}
+	if len(quotas) > 0 {
+		qa, ok := w.store.(QuotaAppender)
+		if !ok {
+			return fmt.Errorf("the store cannot draw quotas with its events")
+		}
+		if err := qa.AppendDrawing(ctx, quotas, link); err != nil {
+			return err
+		}
+	} else {
+		if _, err := link(); err != nil {
+			return err
+		}
+		if err := w.store.Append(ctx, events); err != nil {
+			return err
+		}
+	}
+	for _, r := range batch {
+		if r.quota != nil {
+			r.exceeded = r.quota.exceeded
+		}
+	}
+	w.chainID, w.seq, w.head, w.started = chainID, seq, head, true
+	w.last.Store(&chainHead{chainID: chainID, seq: seq, hash: head})
+	return nil
+}
+
+// link chains the batch's events after the committed head (or after
+// start, a new chain's first event). A request refused its quota draw
+// (settled by the store just before) contributes its refusal's events,
+// prepared here, instead of its own.
+func (w *Writer) link(batch []*request, n int, start *Event) (chainID uuid.UUID, seq int64, head []byte, events []Event, err error) {
+	events = make([]Event, 0, n+1)
+	chainID, seq, head = w.chainID, w.seq, w.head
+	if start != nil {
 		chainID, seq, head = start.ChainID, 1, start.Hash
-		events = append(events, start)
+		events = append(events, *start)
 	}
 	// One allocation holds every hash of the batch; linking is one SHA-256
 	// of 88 bytes per event.
 	var hashes []byte
 	if !w.unhashed {
 		if len(head) != HashSize {
-			return fmt.Errorf("chain %s head at seq %d has a %d-byte hash, want %d", chainID, seq, len(head), HashSize)
+			return chainID, seq, head, nil, fmt.Errorf("chain %s head at seq %d has a %d-byte hash, want %d", chainID, seq, len(head), HashSize)
 		}
 		hashes = make([]byte, 0, n*HashSize)
 	}
 	for _, r := range batch {
-		for i, e := range r.events {
+		evs, digests := r.events, r.digests
+		if r.quota != nil && r.quota.exceeded != nil {
+			if evs, digests, err = w.prepareAll(r.refusal(r.quota.exceeded)); err != nil {
+				return chainID, seq, head, nil, fmt.Errorf("refusal of a quota draw: %w", err)
+			}
+		}
+		for i, e := range evs {
 			seq++
 			e.ChainID, e.ChainSeq, e.PrevHash = chainID, seq, head
 			if !w.unhashed {
-				hashes = linkHash(hashes, head, chainID, seq, r.digests[i])
+				hashes = linkHash(hashes, head, chainID, seq, digests[i])
 				e.Hash = hashes[len(hashes)-HashSize : len(hashes) : len(hashes)]
 				head = e.Hash
 			}
 			events = append(events, e)
 		}
 	}
-	if err := w.store.Append(ctx, events); err != nil {
-		return err
-	}
-	w.chainID, w.seq, w.head, w.started = chainID, seq, head, true
-	w.last.Store(&chainHead{chainID: chainID, seq: seq, hash: head})
-	return nil
+	return chainID, seq, head, events, nil
 }
 
 // Head returns the last chain event this writer committed (ok false

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -387,4 +388,64 @@ func hexString(b []byte) string {
 		out[2*i], out[2*i+1] = digits[c>>4], digits[c&15]
 	}
 	return string(out)
+}
+
+// failingDraws fails the next fail quota-drawing commits after their
+// counters were locked and settled, inside the transaction.
+type failingDraws struct {
+	evidence.Store
+	fail int // touched by the writer's goroutine only
+}
+
+func (f *failingDraws) AppendDrawing(ctx context.Context, batch []*evidence.QuotaRequest, events func() ([]evidence.Event, error)) error {
+	return f.Store.(evidence.QuotaAppender).AppendDrawing(ctx, batch, func() ([]evidence.Event, error) {
+		if f.fail > 0 {
+			f.fail--
+			return nil, fmt.Errorf("%w: injected failure", evidence.ErrUnavailable)
+		}
+		return events()
+	})
+}
+
+// TestWriterDrawFailureDrawsNothing: a quota-drawing commit that fails
+// fails its caller and draws nothing, so the next call still fits a
+// limit of one; the call after that is refused and its refusal is what
+// the chain records.
+func TestWriterDrawFailureDrawsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fs := &failingDraws{Store: openSQLite(t), fail: 1}
+	w := evidence.NewWriter(fs, evidence.WriterOptions{InstanceID: "q"})
+	defer w.Close(ctx)
+	q := []wire.Quota{{Key: "agent/Exec", Limit: 1, WindowS: 3600, Cost: 1}}
+	now := time.Now()
+	refusal := func(d evidence.Event) func(*evidence.QuotaExceeded) []evidence.Event {
+		return func(*evidence.QuotaExceeded) []evidence.Event {
+			d.Decision, d.RuleIDs = wire.DecisionDeny, []string{"gateway.rate_limited"}
+			return []evidence.Event{d}
+		}
+	}
+	lost := dec("lost")
+	if ex, err := w.AppendDrawing(ctx, q, now, refusal(lost), lost); !errors.Is(err, evidence.ErrUnavailable) || ex != nil {
+		t.Fatalf("AppendDrawing in a failing commit = %+v, %v; want ErrUnavailable", ex, err)
+	}
+	usage, err := fs.Store.(evidence.ControlStore).QuotaUsage(ctx, q[0].Key, 10)
+	if err != nil || len(usage) != 0 {
+		t.Fatalf("after a failed commit QuotaUsage = %+v, %v; want no window drawn", usage, err)
+	}
+	admitted := dec("admitted")
+	if ex, err := w.AppendDrawing(ctx, q, now, refusal(admitted), admitted); err != nil || ex != nil {
+		t.Fatalf("first call after the failure = %+v, %v; want admitted", ex, err)
+	}
+	refused := dec("refused")
+	if ex, err := w.AppendDrawing(ctx, q, now, refusal(refused), refused); err != nil || ex == nil {
+		t.Fatalf("second call = %+v, %v; want refused", ex, err)
+	}
+	byID := map[uuid.UUID]string{}
+	for _, e := range verify(t, fs.Store, "q") {
+		byID[e.ID] = e.Decision
+	}
+	if _, ok := byID[lost.ID]; ok || byID[admitted.ID] != wire.DecisionAllow || byID[refused.ID] != wire.DecisionDeny {
+		t.Errorf("chain decisions = %v; want no %s, allow %s, deny %s", byID, lost.ID, admitted.ID, refused.ID)
+	}
 }

@@ -200,15 +200,21 @@ func (s *Server) expire(ctx context.Context, pc evidence.ParkedCall) {
 }
 
 // sweepApprovals expires parked calls whose TTL passed, every second, on
-// every replica (settling is exactly once, so replicas never both do it).
+// every replica (settling is exactly once, so replicas never both do it),
+// and every recoverEvery seconds ends approved calls whose runner died
+// (recoverRuns).
 func (s *Server) sweepApprovals(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	tick := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if tick++; tick%recoverEvery == 0 {
+			s.recoverRuns(ctx)
 		}
 		ids, err := s.opts.Controls.ExpiredParked(ctx, s.opts.Now().UTC(), 100)
 		if err != nil {
@@ -228,6 +234,17 @@ func (s *Server) sweepApprovals(ctx context.Context) {
 // and runs as parked, under the parked principal, with the parked input
 // (whose digest must still be the parked one).
 func (s *Server) approve(ctx context.Context, p wire.Principal, pc evidence.ParkedCall, reason string) (int, wire.ToolCallResponse, error) {
+	// The run claim is held from before the approval is stored until the
+	// run's answer is, so an approved call without an answer whose claim
+	// is free has lost its runner (approvals_recover.go).
+	release, ok, err := s.claimRun(ctx, pc.ID)
+	if err != nil {
+		return 0, wire.ToolCallResponse{}, err
+	}
+	if !ok {
+		return 0, wire.ToolCallResponse{}, evidence.ErrApprovalSettled // another approver is settling it now
+	}
+	defer release()
 	won, err := s.settleApproved(ctx, pc, p.ID, reason)
 	if err != nil {
 		return 0, wire.ToolCallResponse{}, err

@@ -79,12 +79,7 @@ func (s *Server) governedCall(ctx context.Context, in callRequest) (int, wire.To
 	if a.decision.Approval != nil { // a person decides first (approvals.go)
 		return s.park(ctx, rec, a)
 	}
-	draws, refused := s.drawQuotas(ctx, rec, a) // quota.go
-	if refused != nil {
-		return s.refuse(ctx, rec, wire.DecisionDeny, refused)
-	}
-	if status, resp, ok := s.recordDecision(ctx, rec, tool, a.call); !ok {
-		s.refundQuotas(ctx, draws)
+	if status, resp, ok := s.recordAdmitted(ctx, rec, tool, a); !ok { // draws its quotas (quota.go)
 		return status, resp
 	}
 	res := s.dispatch(ctx, rec, a)
@@ -242,6 +237,12 @@ func (s *Server) recordDecision(ctx context.Context, rec *record, tool tools.Too
 	if err == nil {
 		return 0, wire.ToolCallResponse{}, true
 	}
+	return s.decisionNotRecorded(ctx, rec, tool, call, err)
+}
+
+// decisionNotRecorded answers an admitted call whose decision did not
+// become durable: it does not run.
+func (s *Server) decisionNotRecorded(ctx context.Context, rec *record, tool tools.Tool, call tools.Call, err error) (int, wire.ToolCallResponse, bool) {
 	if r, ok := call.(tools.Releaser); ok {
 		r.Release()
 	}
@@ -350,9 +351,22 @@ func (n *nested) ListTools(ctx context.Context) ([]wire.FunctionSpec, error) {
 // The receipt is written before the answer; if it cannot be, the caller gets
 // evidence_unavailable rather than an unrecorded refusal.
 func (s *Server) refuse(ctx context.Context, rec *record, decision string, we *wire.Error) (int, wire.ToolCallResponse) {
-	if trace.SpanFromContext(ctx).IsRecording() {
-		trace.SpanFromContext(ctx).SetStatus(codes.Error, string(we.Code))
+	if err := s.appendEvents(ctx, s.refusalEvents(rec, decision, we)...); err != nil {
+		s.refusalSpan(ctx, we)
+		s.countRefusal(ctx, rec, decision, we)
+		s.metrics.evidenceFailures.Inc()
+		s.log.ErrorContext(ctx, "receipt for refused call not durable", "err", err, "code", we.Code)
+		ue := wire.Errorf(wire.CodeEvidenceUnavailable, "the evidence store is unavailable; the call was refused (%s) but could not be recorded; retry later", we.Code)
+		return statusOf(ue.Code), wire.ToolCallResponse{CallID: rec.req.CallID, Decision: s.decisionResult(rec), Output: failed(ue, nil)}
 	}
+	return s.refused(ctx, rec, decision, we)
+}
+
+// refusalEvents completes rec's decision for a refusal (the refusal's
+// reason and the gateway's rule when the policy gave none, the policy
+// revision) and returns its receipt: the decision and an outcome event
+// saying the call did not run.
+func (s *Server) refusalEvents(rec *record, decision string, we *wire.Error) []evidence.Event {
 	if len(rec.decision.Reasons) == 0 {
 		rec.decision.Reasons = []string{we.Message}
 	}
@@ -364,25 +378,36 @@ func (s *Server) refuse(ctx context.Context, rec *record, decision string, we *w
 	if rec.decision.PolicyRevision == "" {
 		rec.decision.PolicyRevision = s.opts.PolicyRevision()
 	}
-	s.metrics.calls.WithLabelValues(metricTool(s, rec.req.Tool), decision, string(we.Code)).Inc()
-	s.metrics.duration.WithLabelValues(metricTool(s, rec.req.Tool), decision).Observe(time.Since(rec.at).Seconds())
-	s.logCause(ctx, we, "receipt_id", rec.id)
 	outcome := evidence.Event{
 		ID: uuid.Must(uuid.NewV7()), ReceiptID: rec.id, Kind: evidence.KindOutcome, Time: s.opts.Now().UTC(),
 		InstanceID: s.opts.InstanceID,
 		Outcome:    &wire.Outcome{Status: wire.StatusError, ErrorCode: ptr(string(we.Code)), Backend: "none"},
 	}
-	if err := s.appendEvents(ctx, s.decisionEvent(rec, decision, string(we.Code)), outcome); err != nil {
-		s.metrics.evidenceFailures.Inc()
-		s.log.ErrorContext(ctx, "receipt for refused call not durable", "err", err, "code", we.Code)
-		ue := wire.Errorf(wire.CodeEvidenceUnavailable, "the evidence store is unavailable; the call was refused (%s) but could not be recorded; retry later", we.Code)
-		return statusOf(ue.Code), wire.ToolCallResponse{CallID: rec.req.CallID, Decision: s.decisionResult(rec), Output: failed(ue, nil)}
-	}
+	return []evidence.Event{s.decisionEvent(rec, decision, string(we.Code)), outcome}
+}
+
+// refused answers a refusal whose receipt (refusalEvents) is durable.
+func (s *Server) refused(ctx context.Context, rec *record, decision string, we *wire.Error) (int, wire.ToolCallResponse) {
+	s.refusalSpan(ctx, we)
+	s.countRefusal(ctx, rec, decision, we)
 	return statusOf(we.Code), wire.ToolCallResponse{
 		ReceiptID: rec.idText, CallID: rec.req.CallID,
 		Decision: s.decisionResult(rec),
 		Output:   failed(we, map[string]any{"receipt_id": rec.idText}),
 	}
+}
+
+func (s *Server) refusalSpan(ctx context.Context, we *wire.Error) {
+	if trace.SpanFromContext(ctx).IsRecording() {
+		trace.SpanFromContext(ctx).SetStatus(codes.Error, string(we.Code))
+	}
+}
+
+// countRefusal counts and logs a refusal.
+func (s *Server) countRefusal(ctx context.Context, rec *record, decision string, we *wire.Error) {
+	s.metrics.calls.WithLabelValues(metricTool(s, rec.req.Tool), decision, string(we.Code)).Inc()
+	s.metrics.duration.WithLabelValues(metricTool(s, rec.req.Tool), decision).Observe(time.Since(rec.at).Seconds())
+	s.logCause(ctx, we, "receipt_id", rec.id)
 }
 
 // withRuleID is ids (copied) plus id, within wire.MaxRuleIDs: the last of

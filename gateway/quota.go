@@ -14,14 +14,84 @@ import (
 )
 
 // Quotas (contract section 10): an admitted call draws its decision's
-// quotas from the counters in the evidence store before its decision is
-// recorded and it runs. A call that would pass a limit is refused
-// rate_limited with a receipt and draws nothing; a call whose decision
-// could not be recorded gives its draws back.
+// quotas from the counters in the evidence store before it runs. When the
+// evidence writer can (evidence.Writer over either store), the draw rides
+// in the commit that records the call's decision: one transaction locks
+// the counters, settles the batch's draws in order, and appends each
+// admitted call's allow decision or each refused call's rate_limited
+// receipt. A call that would pass a limit is refused with a receipt and
+// draws nothing; a failed commit draws nothing and records nothing.
+// Otherwise (a writer without it) the draw is its own transaction before
+// the decision is recorded, and a call whose decision could not be
+// recorded gives its draws back.
 
-// drawQuotas draws a's quotas; refused is the rate_limited (or store)
-// error that stops the call. The call's tool resources are released when
-// it is refused.
+// quotaWriter is an evidence writer that draws quotas in the commit of
+// the events it appends (evidence.Writer.AppendDrawing).
+type quotaWriter interface {
+	DrawsQuotas() bool
+	AppendDrawing(ctx context.Context, qs []wire.Quota, now time.Time, refusal func(*evidence.QuotaExceeded) []evidence.Event, events ...evidence.Event) (*evidence.QuotaExceeded, error)
+}
+
+// recordAdmitted draws an admitted call's quotas and records its allow
+// decision. ok false: the call must not run (refused rate_limited, or its
+// receipt is not durable), and status and resp answer it.
+func (s *Server) recordAdmitted(ctx context.Context, rec *record, tool tools.Tool, a admission) (int, wire.ToolCallResponse, bool) {
+	qw, drawing := s.opts.Evidence.(quotaWriter)
+	if len(a.decision.Quotas) == 0 || s.opts.Controls == nil || !drawing || !qw.DrawsQuotas() {
+		draws, refused := s.drawQuotas(ctx, rec, a)
+		if refused != nil {
+			status, resp := s.refuse(ctx, rec, wire.DecisionDeny, refused)
+			return status, resp, false
+		}
+		status, resp, ok := s.recordDecision(ctx, rec, tool, a.call)
+		if !ok {
+			s.refundQuotas(ctx, draws)
+		}
+		return status, resp, ok
+	}
+	// The refusal's receipt is built on the writer's goroutine from a copy
+	// of rec as it is now (rec itself is only changed after the commit).
+	snapshot := *rec
+	refusal := func(ex *evidence.QuotaExceeded) []evidence.Event {
+		r := snapshot
+		return s.refusalEvents(&r, wire.DecisionDeny, markRateLimited(&r, rateLimited(ex)))
+	}
+	var ex *evidence.QuotaExceeded
+	_, err := step(ctx, s, "record_decision", func(ctx context.Context) (struct{}, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.EvidenceTimeout)
+		defer cancel()
+		var err error
+		ex, err = qw.AppendDrawing(ctx, a.decision.Quotas, s.opts.Now(), refusal, s.decisionEvent(rec, wire.DecisionAllow, ""))
+		return struct{}{}, err
+	})
+	if err != nil {
+		status, resp, _ := s.decisionNotRecorded(ctx, rec, tool, a.call, err)
+		return status, resp, false
+	}
+	if ex == nil {
+		return 0, wire.ToolCallResponse{}, true
+	}
+	if r, ok := a.call.(tools.Releaser); ok {
+		r.Release()
+	}
+	we := markRateLimited(rec, rateLimited(ex))
+	_ = s.refusalEvents(rec, wire.DecisionDeny, we) // completes rec as its receipt says
+	status, resp := s.refused(ctx, rec, wire.DecisionDeny, we)
+	return status, resp, false
+}
+
+// markRateLimited makes rec the record of a call refused by we: given
+// nothing, with the refusing rule and reason added to the policy's.
+func markRateLimited(rec *record, we *wire.Error) *wire.Error {
+	rec.scope = nil // refused: the call was given nothing
+	rec.decision.RuleIDs = withRuleID(rec.decision.RuleIDs, "gateway."+string(we.Code))
+	rec.decision.Reasons = append(append([]string(nil), rec.decision.Reasons...), we.Message)
+	return we
+}
+
+// drawQuotas draws a's quotas in a transaction of their own; refused is
+// the rate_limited (or store) error that stops the call. The call's tool
+// resources are released when it is refused.
 func (s *Server) drawQuotas(ctx context.Context, rec *record, a admission) ([]evidence.QuotaDraw, *wire.Error) {
 	qs := a.decision.Quotas
 	if len(qs) == 0 {
@@ -42,10 +112,7 @@ func (s *Server) drawQuotas(ctx context.Context, rec *record, a admission) ([]ev
 	if r, ok := a.call.(tools.Releaser); ok {
 		r.Release()
 	}
-	rec.scope = nil // refused: the call was given nothing
-	rec.decision.RuleIDs = withRuleID(rec.decision.RuleIDs, "gateway."+string(we.Code))
-	rec.decision.Reasons = append(append([]string(nil), rec.decision.Reasons...), we.Message)
-	return nil, we
+	return nil, markRateLimited(rec, we)
 }
 
 // consume draws qs, or says why not: rate_limited naming the quota, or
@@ -61,12 +128,17 @@ func (s *Server) consume(ctx context.Context, qs []wire.Quota) ([]evidence.Quota
 		return nil, wire.Wrap(wire.CodeEvidenceUnavailable, "quotas", err, "the quota counters are unavailable, so the call was not run; retry later")
 	}
 	if ex != nil {
-		secs := int64(ex.RetryAfter / time.Second)
-		return nil, &wire.Error{Code: wire.CodeRateLimited,
-			Message: fmt.Sprintf("quota %q allows %d per %ds and this call would pass it; retry after %ds", ex.Quota.Key, ex.Quota.Limit, ex.Quota.WindowS, secs),
-			Details: map[string]any{"quota": ex.Quota.Key, "limit": ex.Quota.Limit, "window_s": ex.Quota.WindowS, "retry_after_s": secs}}
+		return nil, rateLimited(ex)
 	}
 	return draws, nil
+}
+
+// rateLimited is the rate_limited error of a refused draw.
+func rateLimited(ex *evidence.QuotaExceeded) *wire.Error {
+	secs := int64(ex.RetryAfter / time.Second)
+	return &wire.Error{Code: wire.CodeRateLimited,
+		Message: fmt.Sprintf("quota %q allows %d per %ds and this call would pass it; retry after %ds", ex.Quota.Key, ex.Quota.Limit, ex.Quota.WindowS, secs),
+		Details: map[string]any{"quota": ex.Quota.Key, "limit": ex.Quota.Limit, "window_s": ex.Quota.WindowS, "retry_after_s": secs}}
 }
 
 // refundQuotas gives back the draws of a call that did not run.

@@ -148,6 +148,9 @@ type Server struct {
 	late           *evidence.LateOutcomes
 	// resultGrants caches who may read results back (results.go).
 	resultGrants resultGrants
+	// runs are the approved parked calls this process runs now
+	// (approvals_recover.go).
+	runs runClaims
 }
 
 // New builds the server and its routes.

@@ -37,8 +37,9 @@ func launchPrincipal(name string) wire.Principal {
 // AuthorizeLaunch asks the policy for a stdio upstream's launch scope
 // (purpose "launch", tool "<upstream>") and records the receipt before
 // the server starts (upstream.Authorizer). The grants are held to real
-// paths; a denial is recorded and refused.
-func (s *Server) AuthorizeLaunch(ctx context.Context, name string, resolved map[string]any) (upstream.Launch, error) {
+// paths, the limits recorded with how the sandbox bounds memory
+// (memoryLimit); a denial is recorded and refused.
+func (s *Server) AuthorizeLaunch(ctx context.Context, name string, resolved map[string]any, memoryLimit string) (upstream.Launch, error) {
 	p := launchPrincipal(name)
 	rec := s.gatewayRecord(p, name, map[string]any{})
 	dec, err := s.decide(ctx, p, name, wire.PurposeLaunch, nil, resolved, wire.ToolCallRequest{})
@@ -53,6 +54,7 @@ func (s *Server) AuthorizeLaunch(ctx context.Context, name string, resolved map[
 		return upstream.Launch{}, errors.Join(upstream.ErrLaunchRefused, errors.New(why))
 	}
 	scope := launchScope(dec)
+	scope.MemoryLimit = memoryLimit
 	rec.scope = &scope
 	if err := s.recordSettled(ctx, rec, scope.Backend); err != nil {
 		s.metrics.evidenceFailures.Inc()

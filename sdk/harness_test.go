@@ -65,6 +65,18 @@ func randHex(t *testing.T, n int) string {
 
 func startGateway(t *testing.T) *gw {
 	t.Helper()
+	return startGatewayWith(t, gwOptions{})
+}
+
+// gwOptions adds to the standard deployment: more tools for "agent"
+// (upstream tools, "web.echo") and config lines (upstreams:).
+type gwOptions struct {
+	agentTools  []string
+	extraConfig string
+}
+
+func startGatewayWith(t *testing.T, o gwOptions) *gw {
+	t.Helper()
 	root, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +100,7 @@ func startGateway(t *testing.T) *gw {
 	write("bundle/e2e.rego", rego)
 	data, _ := json.Marshal(map[string]any{"e2e": map[string]any{"principals": map[string]any{
 		"agent": map[string]any{
-			"tools":     []string{"Exec", "fs.read", "fs.write", "fs.list", "fs.search"},
+			"tools":     append([]string{"Exec", "fs.read", "fs.write", "fs.list", "fs.search"}, o.agentTools...),
 			"fs_grants": []map[string]string{{"path": "/usr", "mode": "r"}, {"path": g.scratch, "mode": "rw"}},
 		},
 		"agent-noexec": map[string]any{"tools": []string{}},
@@ -109,6 +121,7 @@ func startGateway(t *testing.T) *gw {
 		sum := sha256.Sum256([]byte(key))
 		fmt.Fprintf(&cfg, "  - id: %q\n    roles: [%s]\n    api_key_sha256: %q\n", id, role, hex.EncodeToString(sum[:]))
 	}
+	cfg.WriteString(o.extraConfig)
 	write("portcullis.yaml", []byte(cfg.String()))
 
 	cmd := exec.Command(gatewayBin, "serve", "--config", filepath.Join(root, "portcullis.yaml"))

@@ -36,10 +36,19 @@ type Launch struct {
 
 // Authorizer decides and records a stdio server's launch: the policy is
 // asked with purpose "launch" and tool "<upstream>", and a receipt is
-// durable before the server starts. A denied launch returns an error
-// wrapping ErrLaunchRefused.
+// durable before the server starts. memoryLimit is how the sandbox will
+// bound the decision's memory_bytes (wire.MemoryLimitCgroup or
+// wire.MemoryLimitRlimitData; "" when it does not say), recorded in the
+// enforced scope, which the sandbox then applies exactly. A denied launch
+// returns an error wrapping ErrLaunchRefused.
 type Authorizer interface {
-	AuthorizeLaunch(ctx context.Context, upstream string, resolved map[string]any) (Launch, error)
+	AuthorizeLaunch(ctx context.Context, upstream string, resolved map[string]any, memoryLimit string) (Launch, error)
+}
+
+// memoryLimiter is a Sandbox that says how it bounds memory_bytes (the
+// bwrap runner).
+type memoryLimiter interface {
+	MemoryLimit() string
 }
 
 // Sandbox starts a long-running program confined to scope: the runner's
@@ -75,9 +84,13 @@ func (c *conn) launch(ctx context.Context) (mcp.Transport, func(), error) {
 	if c.m.auth == nil || c.m.opts.Sandbox == nil {
 		return nil, nil, errors.New("no sandbox to launch stdio servers in (sandbox.backend bwrap is required)")
 	}
+	memoryLimit := ""
+	if ml, ok := c.m.opts.Sandbox.(memoryLimiter); ok {
+		memoryLimit = ml.MemoryLimit()
+	}
 	l, err := c.m.auth.AuthorizeLaunch(ctx, c.spec.Name, map[string]any{"upstream": map[string]any{
 		"name": c.spec.Name, "transport": TransportStdio, "command": slices.Clone(c.spec.Command),
-	}})
+	}}, memoryLimit)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -12,10 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/evidence/internal/rowcodec"
 	"github.com/portcullis/portcullis/wire"
 )
 
-var _ evidence.ControlStore = (*Store)(nil)
+var (
+	_ evidence.ControlStore  = (*Store)(nil)
+	_ evidence.QuotaAppender = (*Store)(nil)
+)
 
 // ConsumeQuotas draws on every quota, all or none, group-committed: the
 // draws that queue while one transaction commits go in the next (one
@@ -29,57 +33,98 @@ func (s *Store) ConsumeQuotas(ctx context.Context, qs []wire.Quota, now time.Tim
 	return s.quotas.Consume(ctx, qs, now, s.commitQuotas)
 }
 
-// commitQuotas applies a batch in one transaction: every counter row it
-// touches is created if missing and locked (SELECT ... FOR UPDATE, in key
-// order, pipelined in one round trip), the requests are settled in order
-// against the locked values (evidence.Decide), and each row gets one
-// UPDATE. The row locks make the check and the increments one step, so
-// the limit holds exactly across replicas; a hot counter costs three
-// statements per batch, not per call.
+// commitQuotas applies a batch in one transaction of its own (the
+// approval path; an admitted call's draw rides in its decision's commit,
+// AppendDrawing).
 func (s *Store) commitQuotas(ctx context.Context, batch []*evidence.QuotaRequest) error {
-	keys := evidence.Counters(batch)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		lock := &pgx.Batch{}
-		for _, k := range keys {
-			lock.Queue(`INSERT INTO portcullis_quota_counters (key, window_s, window_start, used, quota_limit)
-				VALUES ($1, $2, $3, 0, 0) ON CONFLICT (key, window_s, window_start) DO NOTHING`, k.Key, k.WindowS, k.WindowStart)
-			lock.Queue(`SELECT used FROM portcullis_quota_counters WHERE key = $1 AND window_s = $2 AND window_start = $3 FOR UPDATE`,
-				k.Key, k.WindowS, k.WindowStart)
-		}
-		res := tx.SendBatch(ctx, lock)
-		used := make(map[evidence.CounterKey]int64, len(keys))
-		for _, k := range keys {
-			if _, err := res.Exec(); err != nil {
-				_ = res.Close()
-				return err
-			}
-			var u int64
-			if err := res.QueryRow().Scan(&u); err != nil {
-				_ = res.Close()
-				return err
-			}
-			used[k] = u
-		}
-		if err := res.Close(); err != nil {
-			return err
-		}
-		add, limit := evidence.Decide(batch, used)
-		upd := &pgx.Batch{}
-		for _, k := range keys {
-			if add[k] > 0 {
-				upd.Queue(`UPDATE portcullis_quota_counters SET used = used + $4, quota_limit = $5, updated_at = now()
-					WHERE key = $1 AND window_s = $2 AND window_start = $3`, k.Key, k.WindowS, k.WindowStart, add[k], limit[k])
-			}
-		}
-		if upd.Len() == 0 {
-			return nil
-		}
-		return tx.SendBatch(ctx, upd).Close()
+		return evidence.DrawAndAppend(ctx, drawTx{tx}, batch, nil)
 	})
 	if err != nil {
 		return fmt.Errorf("evidence/postgres: consume quotas: %w", classify(err))
 	}
 	return nil
+}
+
+// AppendDrawing draws an admitted batch's quotas and appends its events in
+// one transaction (evidence.QuotaAppender, evidence.DrawAndAppend): the
+// counter rows are locked and the requests settled first, then the events,
+// which name the refused requests' refusals, are copied in and the
+// counters updated, and one commit makes both durable. The row locks are
+// held to the commit, so the limit holds exactly across replicas.
+func (s *Store) AppendDrawing(ctx context.Context, batch []*evidence.QuotaRequest, events func() ([]evidence.Event, error)) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		return evidence.DrawAndAppend(ctx, drawTx{tx}, batch, events)
+	})
+	switch {
+	case errors.Is(err, evidence.ErrInvalidEvent):
+		return fmt.Errorf("evidence/postgres: append drawing quotas: %w", err)
+	case err != nil:
+		return fmt.Errorf("evidence/postgres: append drawing quotas: %w", classify(err))
+	}
+	return nil
+}
+
+// drawTx is evidence.DrawTx in a PostgreSQL transaction.
+type drawTx struct{ tx pgx.Tx }
+
+// LockCounters creates every counter row if missing and locks it (SELECT
+// ... FOR UPDATE, in key order, pipelined in one round trip). The row
+// locks make the check and the increments one step, so the limit holds
+// exactly across replicas; a hot counter costs three statements per
+// batch, not per call.
+func (d drawTx) LockCounters(ctx context.Context, keys []evidence.CounterKey) (map[evidence.CounterKey]int64, error) {
+	lock := &pgx.Batch{}
+	for _, k := range keys {
+		lock.Queue(`INSERT INTO portcullis_quota_counters (key, window_s, window_start, used, quota_limit)
+			VALUES ($1, $2, $3, 0, 0) ON CONFLICT (key, window_s, window_start) DO NOTHING`, k.Key, k.WindowS, k.WindowStart)
+		lock.Queue(`SELECT used FROM portcullis_quota_counters WHERE key = $1 AND window_s = $2 AND window_start = $3 FOR UPDATE`,
+			k.Key, k.WindowS, k.WindowStart)
+	}
+	res := d.tx.SendBatch(ctx, lock)
+	used := make(map[evidence.CounterKey]int64, len(keys))
+	for _, k := range keys {
+		if _, err := res.Exec(); err != nil {
+			_ = res.Close()
+			return nil, err
+		}
+		var u int64
+		if err := res.QueryRow().Scan(&u); err != nil {
+			_ = res.Close()
+			return nil, err
+		}
+		used[k] = u
+	}
+	return used, res.Close()
+}
+
+// AddCounters writes what a settled batch drew: one UPDATE per counter,
+// pipelined.
+func (d drawTx) AddCounters(ctx context.Context, keys []evidence.CounterKey, add, limit map[evidence.CounterKey]int64) error {
+	upd := &pgx.Batch{}
+	for _, k := range keys {
+		if add[k] > 0 {
+			upd.Queue(`UPDATE portcullis_quota_counters SET used = used + $4, quota_limit = $5, updated_at = now()
+				WHERE key = $1 AND window_s = $2 AND window_start = $3`, k.Key, k.WindowS, k.WindowStart, add[k], limit[k])
+		}
+	}
+	if upd.Len() == 0 {
+		return nil
+	}
+	return d.tx.SendBatch(ctx, upd).Close()
+}
+
+// Append copies events in.
+func (d drawTx) Append(ctx context.Context, events []evidence.Event) error {
+	rows, err := eventRows(events)
+	if err != nil {
+		return err
+	}
+	_, err = d.tx.CopyFrom(ctx, pgx.Identifier{"evidence_events"}, rowcodec.Columns, pgx.CopyFromRows(rows))
+	return err
 }
 
 // RefundQuotas gives draws back, never below zero.
@@ -95,8 +140,7 @@ func (s *Store) RefundQuotas(ctx context.Context, draws []evidence.QuotaDraw) er
 
 // QuotaUsage lists key's windows, newest first.
 func (s *Store) QuotaUsage(ctx context.Context, key string, limit int) ([]wire.QuotaUsage, error) {
-	rows, err := s.q.Query(ctx, `SELECT key, window_s, window_start, used, quota_limit FROM portcullis_quota_counters
-		WHERE key = $1 ORDER BY window_start DESC, window_s LIMIT $2`, key, limit)
+	rows, err := s.q.Query(ctx, sqlQuotaUsage, key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("evidence/postgres: quota usage: %w", classify(err))
 	}
@@ -113,28 +157,39 @@ func (s *Store) QuotaUsage(ctx context.Context, key string, limit int) ([]wire.Q
 	return out, nil
 }
 
-const parkedCols = `id, receipt_id, status, principal, tool, call_id, session_id, input, args_sha256, args,
-	policy_revision, reason, approvers, created_at, expires_at, decided_by, decided_at, decision_reason, response`
+// dialect is how the statements both stores share are written here.
+var dialect = evidence.SQLDialect{
+	Dollar:   true,
+	UUID:     func(id uuid.UUID) any { return pgUUID(id) },
+	Time:     func(t time.Time) any { return t },
+	JSON:     func(b []byte) any { return b },
+	NullJSON: func(b json.RawMessage) any { return jsonOrNil(b) },
+}
+
+// The shared statements, rebound once.
+var (
+	sqlQuotaUsage       = dialect.SQL(evidence.SQLQuotaUsage)
+	sqlParkCall         = dialect.SQL(evidence.SQLParkCall)
+	sqlParkedByID       = dialect.SQL(evidence.SQLParkedByID)
+	sqlParkedForUpdate  = sqlParkedByID + " FOR UPDATE"
+	sqlParkedByReceipt  = dialect.SQL(evidence.SQLParkedByReceipt)
+	sqlParkedList       = dialect.SQL(evidence.SQLParkedList)
+	sqlSettleParked     = dialect.SQL(evidence.SQLSettleParked)
+	sqlExpiredParked    = dialect.SQL(evidence.SQLExpiredParked)
+	sqlPendingDecisions = dialect.SQL(evidence.SQLPendingDecisions)
+	sqlChainHead        = dialect.SQL(evidence.SQLChainHead)
+)
 
 // ParkCall stores a pending parked call.
 func (s *Store) ParkCall(ctx context.Context, p evidence.ParkedCall) error {
 	if s.ro != nil {
 		return errReadOnly
 	}
-	principal, err := json.Marshal(p.Principal)
+	args, err := dialect.ParkCallArgs(p)
 	if err != nil {
 		return fmt.Errorf("evidence/postgres: park call: %w", err)
 	}
-	approvers, err := json.Marshal(nonNilStrings(p.Approvers))
-	if err != nil {
-		return fmt.Errorf("evidence/postgres: park call: %w", err)
-	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO portcullis_approvals (id, receipt_id, status, principal, principal_id, tool, call_id,
-		session_id, input, args_sha256, args, policy_revision, reason, approvers, created_at, expires_at)
-		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
-		pgUUID(p.ID), pgUUID(p.ReceiptID), principal, p.Principal.ID, p.Tool, p.CallID, p.SessionID, []byte(p.Input),
-		p.ArgsSHA256, jsonOrNil(p.Args), p.PolicyRevision, p.Reason, approvers, p.CreatedAt, p.ExpiresAt)
-	if err != nil {
+	if _, err = s.pool.Exec(ctx, sqlParkCall, args...); err != nil {
 		return fmt.Errorf("evidence/postgres: park call: %w", classify(err))
 	}
 	return nil
@@ -145,13 +200,6 @@ func jsonOrNil(b json.RawMessage) any {
 		return nil
 	}
 	return string(b)
-}
-
-func nonNilStrings(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }
 
 func scanParked(r pgx.CollectableRow) (evidence.ParkedCall, error) {
@@ -190,8 +238,8 @@ func (s *Store) parked(ctx context.Context, q string, args ...any) ([]evidence.P
 	return out, classify(err)
 }
 
-func (s *Store) oneParked(ctx context.Context, where string, arg any) (evidence.ParkedCall, error) {
-	list, err := s.parked(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE "+where, arg)
+func (s *Store) oneParked(ctx context.Context, q string, arg any) (evidence.ParkedCall, error) {
+	list, err := s.parked(ctx, q, arg)
 	if err != nil {
 		return evidence.ParkedCall{}, fmt.Errorf("evidence/postgres: approval: %w", err)
 	}
@@ -203,17 +251,17 @@ func (s *Store) oneParked(ctx context.Context, where string, arg any) (evidence.
 
 // ParkedCall returns one parked call.
 func (s *Store) ParkedCall(ctx context.Context, id uuid.UUID) (evidence.ParkedCall, error) {
-	return s.oneParked(ctx, "id = $1", pgUUID(id))
+	return s.oneParked(ctx, sqlParkedByID, pgUUID(id))
 }
 
 // ParkedCallByReceipt returns the parked call of a receipt.
 func (s *Store) ParkedCallByReceipt(ctx context.Context, receiptID uuid.UUID) (evidence.ParkedCall, error) {
-	return s.oneParked(ctx, "receipt_id = $1", pgUUID(receiptID))
+	return s.oneParked(ctx, sqlParkedByReceipt, pgUUID(receiptID))
 }
 
 // ParkedCalls lists parked calls, oldest first.
 func (s *Store) ParkedCalls(ctx context.Context, status string, limit int) ([]evidence.ParkedCall, error) {
-	list, err := s.parked(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE ($1 = '' OR status = $1) ORDER BY created_at, id LIMIT $2", status, limit)
+	list, err := s.parked(ctx, sqlParkedList, status, limit)
 	if err != nil {
 		return nil, fmt.Errorf("evidence/postgres: approvals: %w", err)
 	}
@@ -229,9 +277,9 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 	if s.ro != nil {
 		return evidence.ParkedCall{}, errReadOnly
 	}
-	var p evidence.ParkedCall
+	var p, settled evidence.ParkedCall
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE id = $1 FOR UPDATE", pgUUID(st.ID))
+		rows, err := tx.Query(ctx, sqlParkedForUpdate, pgUUID(st.ID))
 		if err != nil {
 			return err
 		}
@@ -243,16 +291,10 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 			return evidence.ErrApprovalNotFound
 		}
 		p = list[0]
-		if p.Status != st.From || (st.To == wire.ApprovalApproved && !st.At.Before(p.ExpiresAt)) {
-			return evidence.ErrApprovalSettled
+		if settled, err = st.Apply(p); err != nil {
+			return err
 		}
-		decidedBy, decidedAt, reason := p.DecidedBy, pgtype.Timestamptz{Time: p.DecidedAt, Valid: !p.DecidedAt.IsZero()}, p.DecisionReason
-		if st.From == wire.ApprovalPending {
-			decidedBy, decidedAt, reason = st.By, pgtype.Timestamptz{Time: st.At, Valid: true}, st.Reason
-		}
-		_, err = tx.Exec(ctx, `UPDATE portcullis_approvals SET status = $2, decided_by = $3, decided_at = $4, decision_reason = $5,
-			input = CASE WHEN $7 THEN input END, response = coalesce($6, response) WHERE id = $1`,
-			pgUUID(st.ID), st.To, decidedBy, decidedAt, reason, jsonOrNil(st.Response), st.KeepInput())
+		_, err = tx.Exec(ctx, sqlSettleParked, dialect.SettleArgs(st, settled)...)
 		return err
 	})
 	switch {
@@ -261,19 +303,12 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 	case err != nil:
 		return p, fmt.Errorf("evidence/postgres: settle approval: %w", classify(err))
 	}
-	p.Status = st.To
-	if st.From == wire.ApprovalPending {
-		p.DecidedBy, p.DecidedAt, p.DecisionReason = st.By, st.At, st.Reason
-	}
-	if st.Response != nil {
-		p.Response = st.Response
-	}
-	return p, nil
+	return settled, nil
 }
 
 // ExpiredParked lists pending calls whose expiry has passed.
 func (s *Store) ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error) {
-	rows, err := s.q.Query(ctx, "SELECT id FROM portcullis_approvals WHERE status = 'pending' AND expires_at <= $1 ORDER BY expires_at LIMIT $2", now, limit)
+	rows, err := s.q.Query(ctx, sqlExpiredParked, now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("evidence/postgres: expired approvals: %w", classify(err))
 	}

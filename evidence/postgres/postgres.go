@@ -7,7 +7,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -279,15 +278,11 @@ func (s *Store) Append(ctx context.Context, events []evidence.Event) error {
 	if s.ro != nil {
 		return errReadOnly
 	}
-	rows := make([][]any, len(events))
-	for i, e := range events {
-		v, err := rowValues(e)
-		if err != nil {
-			return fmt.Errorf("evidence/postgres: append: %w: %w", evidence.ErrInvalidEvent, err)
-		}
-		rows[i] = v
+	rows, err := eventRows(events)
+	if err != nil {
+		return fmt.Errorf("evidence/postgres: append: %w", err)
 	}
-	err := s.copyIn(ctx, rows)
+	err = s.copyIn(ctx, rows)
 	if err == nil {
 		return nil
 	}
@@ -301,6 +296,19 @@ func (s *Store) Append(ctx context.Context, events []evidence.Event) error {
 		return fmt.Errorf("evidence/postgres: append %d events (retry after %v): %w", len(events), err, classify(err2))
 	}
 	return nil
+}
+
+// eventRows are the COPY rows of events.
+func eventRows(events []evidence.Event) ([][]any, error) {
+	rows := make([][]any, len(events))
+	for i, e := range events {
+		v, err := rowValues(e)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", evidence.ErrInvalidEvent, err)
+		}
+		rows[i] = v
+	}
+	return rows, nil
 }
 
 func (s *Store) copyIn(ctx context.Context, rows [][]any) error {
@@ -361,21 +369,13 @@ func scanEvents(rows pgx.Rows) ([]evidence.Event, error) {
 		if len(e.RuleIDs) == 0 {
 			e.RuleIDs = nil
 		}
-		if len(body) > 0 {
-			e.Body = json.RawMessage(body)
-		}
 		e.Time = e.Time.UTC()
-		if len(e.PrevHash) == 0 {
-			e.PrevHash = nil
-		}
-		if len(e.Hash) == 0 {
-			e.Hash = nil
-		}
 		e.ID, e.ReceiptID, e.ChainID = id.Bytes, rid.Bytes, chain.Bytes
 		if parent.Valid {
 			p := uuid.UUID(parent.Bytes)
 			e.ParentReceiptID = &p
 		}
+		evidence.ScannedRow(&e, body)
 		var err error
 		if e.Reasons, e.Args, e.Scope, e.Outcome, err = rowcodec.Decode(j); err != nil {
 			return nil, fmt.Errorf("event %s: %w", e.ID, err)
@@ -403,12 +403,7 @@ func (s *Store) Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt, error)
 	if err != nil {
 		return wire.Receipt{}, fmt.Errorf("evidence/postgres: receipt %s: %w", id, err)
 	}
-	for _, e := range evs {
-		if e.Kind == evidence.KindDecision && e.ID == id {
-			return evidence.BuildReceipt(e, evidence.LatestOutcome(evs)), nil
-		}
-	}
-	return wire.Receipt{}, fmt.Errorf("receipt %s: %w", id, evidence.ErrNotFound)
+	return evidence.ReceiptFrom(id, evs)
 }
 
 // Receipts lists receipts newest first with keyset pagination over
@@ -478,39 +473,22 @@ func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptLi
 	if err != nil {
 		return wire.ReceiptList{}, fmt.Errorf("evidence/postgres: list receipts: %w", err)
 	}
-	list := wire.ReceiptList{Receipts: []wire.Receipt{}}
-	if len(decisions) > p.Limit {
-		decisions = decisions[:p.Limit]
-		last := decisions[len(decisions)-1]
-		list.NextCursor = evidence.EncodeCursor(last.Time, last.ID)
-	}
-	if len(decisions) == 0 {
-		return list, nil
-	}
-	ids := make([]pgtype.UUID, len(decisions))
-	for i, d := range decisions {
-		ids[i] = pgUUID(d.ID)
-	}
-	outs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind = 'outcome' AND receipt_id = ANY($1)", ids)
+	list, err := evidence.PageReceipts(decisions, p.Limit, func(ids []uuid.UUID) ([]evidence.Event, error) {
+		pg := make([]pgtype.UUID, len(ids))
+		for i, id := range ids {
+			pg[i] = pgUUID(id)
+		}
+		return s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind = 'outcome' AND receipt_id = ANY($1)", pg)
+	})
 	if err != nil {
-		return wire.ReceiptList{}, fmt.Errorf("evidence/postgres: list outcomes: %w", err)
-	}
-	byReceipt := make(map[uuid.UUID][]evidence.Event, len(outs))
-	for _, o := range outs {
-		byReceipt[o.ReceiptID] = append(byReceipt[o.ReceiptID], o)
-	}
-	for _, d := range decisions {
-		list.Receipts = append(list.Receipts, evidence.BuildReceipt(d, evidence.LatestOutcome(byReceipt[d.ID])))
+		return wire.ReceiptList{}, fmt.Errorf("evidence/postgres: %w", err)
 	}
 	return list, nil
 }
 
 // PendingDecisions lists the instance's allow decisions without outcome.
 func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
-	rows, err := s.q.Query(ctx, `SELECT d.id FROM evidence_events d
-		WHERE d.kind = 'decision' AND d.decision = 'allow' AND d.instance_id = $1
-		AND NOT EXISTS (SELECT 1 FROM evidence_events o WHERE o.receipt_id = d.id AND o.kind = 'outcome')
-		ORDER BY d.ts, d.id`, instanceID)
+	rows, err := s.q.Query(ctx, sqlPendingDecisions, instanceID)
 	if err != nil {
 		return nil, fmt.Errorf("evidence/postgres: pending decisions: %w", classify(err))
 	}
@@ -532,8 +510,7 @@ func (s *Store) ChainHead(ctx context.Context, instanceID string) (uuid.UUID, in
 		seq   int64
 		hash  []byte
 	)
-	err := s.q.QueryRow(ctx, `SELECT chain_id, chain_seq, hash FROM evidence_events
-		WHERE instance_id = $1 ORDER BY chain_id DESC, chain_seq DESC LIMIT 1`, instanceID).Scan(&chain, &seq, &hash)
+	err := s.q.QueryRow(ctx, sqlChainHead, instanceID).Scan(&chain, &seq, &hash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return uuid.Nil, 0, nil, nil
 	}

@@ -6,11 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,25 +113,7 @@ func TestConcurrentOpen(t *testing.T) {
 	t.Parallel()
 	dbURL := freshDatabase(t)
 	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make([]error, 4)
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s, err := postgres.Open(ctx, dbURL)
-			if err == nil {
-				err = s.Close()
-			}
-			errs[i] = err
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("Open #%d: %v", i, err)
-		}
-	}
+	storetest.ConcurrentOpen(t, func() (io.Closer, error) { return postgres.Open(ctx, dbURL) })
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -313,39 +294,12 @@ func mustParse(t *testing.T, s string) *url.URL {
 	return u
 }
 
+// BenchmarkWriter: the Writer's group commit with 64 callers, without a
+// quota, with a quota drawn in a transaction of its own before each
+// decision, and with it drawn in the decision's commit
+// (storetest.BenchWriter).
 func BenchmarkWriter(b *testing.B) {
-	s := open(b)
-	w := evidence.NewWriter(s, evidence.WriterOptions{InstanceID: "bench"})
-	defer w.Close(context.Background())
-	b.SetParallelism(max(1, 64/procs()))
-	var calls atomic.Int64
-	start := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		ctx := context.Background()
-		for pb.Next() {
-			if err := benchCall(ctx, w); err != nil {
-				b.Error(err)
-				return
-			}
-			calls.Add(1)
-		}
-	})
-	b.ReportMetric(float64(calls.Load())/time.Since(start).Seconds(), "calls/s")
-}
-
-func benchCall(ctx context.Context, w *evidence.Writer) error {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return err
+	for _, mode := range []string{storetest.BenchNoQuota, storetest.BenchQuotaSeparate, storetest.BenchQuotaInCommit} {
+		b.Run(mode, func(b *testing.B) { storetest.BenchWriter(b, open(b), mode) })
 	}
-	d := evidence.Event{ID: id, Kind: evidence.KindDecision, PrincipalID: "agent-alpha", Tool: "Exec",
-		Decision: wire.DecisionAllow, Reasons: []string{}, PolicyRevision: "rev",
-		ArgsSHA256: evidence.ArgsDigest([]byte("x")), Args: []byte(`{"argv":["/usr/bin/git","status"],"cwd":"/srv/work/repo"}`),
-		Scope: &wire.Scope{FSGrants: []wire.FSGrant{{Path: "/srv/work", Mode: "rw"}}, Network: wire.Network{Posture: "off"}}}
-	if err := w.Append(ctx, d); err != nil {
-		return fmt.Errorf("decision: %w", err)
-	}
-	code := 0
-	return w.Append(ctx, evidence.Event{Kind: evidence.KindOutcome, ReceiptID: id,
-		Outcome: &wire.Outcome{Status: wire.StatusSucceeded, ExitCode: &code, DurationMS: 3, Backend: "bwrap"}})
 }

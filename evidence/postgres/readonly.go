@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -118,26 +117,9 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var missing []string
-	latest, current := int64(0), int64(0)
+	var known []int64
 	for _, src := range p.ListSources() {
-		latest = max(latest, src.Version)
-		if !applied[src.Version] {
-			missing = append(missing, fmt.Sprint(src.Version))
-		}
+		known = append(known, src.Version)
 	}
-	for v, ok := range applied {
-		if ok {
-			current = max(current, v)
-		}
-	}
-	switch {
-	case current > latest:
-		return fmt.Errorf("%w: the database has schema version %d, newer than this binary's %d: verify with the gateway that wrote it",
-			evidence.ErrSchemaMismatch, current, latest)
-	case len(missing) > 0:
-		return fmt.Errorf("%w: the database lacks migration(s) %s of this binary (schema %d, want %d): run `gateway migrate` first; verify never migrates",
-			evidence.ErrSchemaMismatch, strings.Join(missing, ", "), current, latest)
-	}
-	return nil
+	return evidence.CheckSchema("the database", applied, known)
 }

@@ -14,7 +14,10 @@ import (
 	"github.com/portcullis/portcullis/wire"
 )
 
-var _ evidence.ControlStore = (*Store)(nil)
+var (
+	_ evidence.ControlStore  = (*Store)(nil)
+	_ evidence.QuotaAppender = (*Store)(nil)
+)
 
 // Migration 8 adds the event kind 'approval' (issue 15): SQLite rebuilds
 // evidence_events to change its CHECK constraint (rebuildEvents, as
@@ -44,42 +47,87 @@ func (s *Store) ConsumeQuotas(ctx context.Context, qs []wire.Quota, now time.Tim
 	return s.quotas.Consume(ctx, qs, now, s.commitQuotas)
 }
 
-// commitQuotas settles a batch in one IMMEDIATE transaction (the write
-// lock is held from BEGIN): each counter is created if missing and read,
-// the requests are settled in order (evidence.Decide), and each counter
-// gets one UPDATE.
+// commitQuotas settles a batch in one IMMEDIATE transaction of its own
+// (the approval path; an admitted call's draw rides in its decision's
+// commit, AppendDrawing).
 func (s *Store) commitQuotas(ctx context.Context, batch []*evidence.QuotaRequest) error {
+	if err := s.drawing(ctx, batch, nil); err != nil {
+		return fmt.Errorf("evidence/sqlite: consume quotas: %w", err)
+	}
+	return nil
+}
+
+// AppendDrawing draws an admitted batch's quotas and appends its events in
+// one IMMEDIATE transaction on the writer connection
+// (evidence.QuotaAppender, evidence.DrawAndAppend): the requests are
+// settled first, then the events, which name the refused requests'
+// refusals, are inserted and the counters updated, and one synchronous
+// commit makes both durable.
+func (s *Store) AppendDrawing(ctx context.Context, batch []*evidence.QuotaRequest, events func() ([]evidence.Event, error)) error {
+	if s.ro != nil {
+		return errReadOnly
+	}
+	if err := s.drawing(ctx, batch, events); err != nil {
+		return fmt.Errorf("evidence/sqlite: append drawing quotas: %w", err)
+	}
+	return nil
+}
+
+// drawing runs evidence.DrawAndAppend in one IMMEDIATE transaction (the
+// write lock is held from BEGIN, so the counters read are the counters
+// written).
+func (s *Store) drawing(ctx context.Context, batch []*evidence.QuotaRequest, events func() ([]evidence.Event, error)) error {
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
+		return classify(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	keys := evidence.Counters(batch)
+	if err := evidence.DrawAndAppend(ctx, drawTx{s, tx}, batch, events); err != nil {
+		return classify(err)
+	}
+	return classify(tx.Commit())
+}
+
+// drawTx is evidence.DrawTx in a SQLite transaction.
+type drawTx struct {
+	s  *Store
+	tx *sql.Tx
+}
+
+// LockCounters creates and reads each counter (the transaction holds the
+// write lock).
+func (d drawTx) LockCounters(ctx context.Context, keys []evidence.CounterKey) (map[evidence.CounterKey]int64, error) {
 	used := make(map[evidence.CounterKey]int64, len(keys))
 	for _, k := range keys {
 		var u int64
-		err := tx.QueryRowContext(ctx, `INSERT INTO portcullis_quota_counters (key, window_s, window_start, used, quota_limit)
+		err := d.tx.QueryRowContext(ctx, `INSERT INTO portcullis_quota_counters (key, window_s, window_start, used, quota_limit)
 			VALUES (?1, ?2, ?3, 0, 0) ON CONFLICT (key, window_s, window_start) DO UPDATE SET used = used RETURNING used`,
 			k.Key, k.WindowS, k.WindowStart).Scan(&u)
 		if err != nil {
-			return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
+			return nil, err
 		}
 		used[k] = u
 	}
-	add, limit := evidence.Decide(batch, used)
+	return used, nil
+}
+
+// AddCounters writes what a settled batch drew: one UPDATE per counter.
+func (d drawTx) AddCounters(ctx context.Context, keys []evidence.CounterKey, add, limit map[evidence.CounterKey]int64) error {
 	for _, k := range keys {
 		if add[k] == 0 {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE portcullis_quota_counters SET used = used + ?4, quota_limit = ?5
+		if _, err := d.tx.ExecContext(ctx, `UPDATE portcullis_quota_counters SET used = used + ?4, quota_limit = ?5
 			WHERE key = ?1 AND window_s = ?2 AND window_start = ?3`, k.Key, k.WindowS, k.WindowStart, add[k], limit[k]); err != nil {
-			return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
+			return err
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("evidence/sqlite: consume quotas: %w", classify(err))
-	}
 	return nil
+}
+
+// Append inserts events with the prepared insert.
+func (d drawTx) Append(ctx context.Context, events []evidence.Event) error {
+	return d.s.insertEvents(ctx, d.tx, events)
 }
 
 // RefundQuotas gives draws back, never below zero.
@@ -95,8 +143,7 @@ func (s *Store) RefundQuotas(ctx context.Context, draws []evidence.QuotaDraw) er
 
 // QuotaUsage lists key's windows, newest first.
 func (s *Store) QuotaUsage(ctx context.Context, key string, limit int) ([]wire.QuotaUsage, error) {
-	rows, err := s.q.QueryContext(ctx, `SELECT key, window_s, window_start, used, quota_limit FROM portcullis_quota_counters
-		WHERE key = ? ORDER BY window_start DESC, window_s LIMIT ?`, key, limit)
+	rows, err := s.q.QueryContext(ctx, evidence.SQLQuotaUsage, key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("evidence/sqlite: quota usage: %w", classify(err))
 	}
@@ -114,32 +161,24 @@ func (s *Store) QuotaUsage(ctx context.Context, key string, limit int) ([]wire.Q
 	return out, classify(rows.Err())
 }
 
-const parkedCols = `id, receipt_id, status, principal, tool, call_id, session_id, input, args_sha256, args,
-	policy_revision, reason, approvers, created_at, expires_at, decided_by, decided_at, decision_reason, response`
+// dialect is how the statements both stores share are written here.
+var dialect = evidence.SQLDialect{
+	UUID:     func(id uuid.UUID) any { return id.String() },
+	Time:     func(t time.Time) any { return t.UnixMicro() },
+	JSON:     func(b []byte) any { return string(b) },
+	NullJSON: func(b json.RawMessage) any { return nullable(b) },
+}
 
 // ParkCall stores a pending parked call.
 func (s *Store) ParkCall(ctx context.Context, p evidence.ParkedCall) error {
 	if s.ro != nil {
 		return errReadOnly
 	}
-	principal, err := json.Marshal(p.Principal)
+	args, err := dialect.ParkCallArgs(p)
 	if err != nil {
 		return fmt.Errorf("evidence/sqlite: park call: %w", err)
 	}
-	approvers := p.Approvers
-	if approvers == nil {
-		approvers = []string{}
-	}
-	ab, err := json.Marshal(approvers)
-	if err != nil {
-		return fmt.Errorf("evidence/sqlite: park call: %w", err)
-	}
-	_, err = s.writer.ExecContext(ctx, `INSERT INTO portcullis_approvals (id, receipt_id, status, principal, principal_id, tool, call_id,
-		session_id, input, args_sha256, args, policy_revision, reason, approvers, created_at, expires_at)
-		VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		p.ID.String(), p.ReceiptID.String(), string(principal), p.Principal.ID, p.Tool, p.CallID, p.SessionID, []byte(p.Input),
-		p.ArgsSHA256, nullable(p.Args), p.PolicyRevision, p.Reason, string(ab), p.CreatedAt.UnixMicro(), p.ExpiresAt.UnixMicro())
-	if err != nil {
+	if _, err = s.writer.ExecContext(ctx, evidence.SQLParkCall, args...); err != nil {
 		return fmt.Errorf("evidence/sqlite: park call: %w", classify(err))
 	}
 	return nil
@@ -200,8 +239,8 @@ func parkedRows(rows *sql.Rows, err error) ([]evidence.ParkedCall, error) {
 	return out, classify(rows.Err())
 }
 
-func (s *Store) oneParked(ctx context.Context, where string, arg any) (evidence.ParkedCall, error) {
-	list, err := parkedRows(s.q.QueryContext(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE "+where, arg))
+func (s *Store) oneParked(ctx context.Context, q string, arg any) (evidence.ParkedCall, error) {
+	list, err := parkedRows(s.q.QueryContext(ctx, q, arg))
 	if err != nil {
 		return evidence.ParkedCall{}, fmt.Errorf("evidence/sqlite: approval: %w", err)
 	}
@@ -213,17 +252,17 @@ func (s *Store) oneParked(ctx context.Context, where string, arg any) (evidence.
 
 // ParkedCall returns one parked call.
 func (s *Store) ParkedCall(ctx context.Context, id uuid.UUID) (evidence.ParkedCall, error) {
-	return s.oneParked(ctx, "id = ?", id.String())
+	return s.oneParked(ctx, evidence.SQLParkedByID, id.String())
 }
 
 // ParkedCallByReceipt returns the parked call of a receipt.
 func (s *Store) ParkedCallByReceipt(ctx context.Context, receiptID uuid.UUID) (evidence.ParkedCall, error) {
-	return s.oneParked(ctx, "receipt_id = ?", receiptID.String())
+	return s.oneParked(ctx, evidence.SQLParkedByReceipt, receiptID.String())
 }
 
 // ParkedCalls lists parked calls, oldest first.
 func (s *Store) ParkedCalls(ctx context.Context, status string, limit int) ([]evidence.ParkedCall, error) {
-	list, err := parkedRows(s.q.QueryContext(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE (?1 = '' OR status = ?1) ORDER BY created_at, id LIMIT ?2", status, limit))
+	list, err := parkedRows(s.q.QueryContext(ctx, evidence.SQLParkedList, status, limit))
 	if err != nil {
 		return nil, fmt.Errorf("evidence/sqlite: approvals: %w", err)
 	}
@@ -243,42 +282,29 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 		return evidence.ParkedCall{}, fmt.Errorf("evidence/sqlite: settle approval: %w", classify(err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	list, err := parkedRows(tx.QueryContext(ctx, "SELECT "+parkedCols+" FROM portcullis_approvals WHERE id = ?", st.ID.String()))
+	list, err := parkedRows(tx.QueryContext(ctx, evidence.SQLParkedByID, st.ID.String()))
 	if err != nil {
 		return evidence.ParkedCall{}, fmt.Errorf("evidence/sqlite: settle approval: %w", err)
 	}
 	if len(list) == 0 {
 		return evidence.ParkedCall{}, evidence.ErrApprovalNotFound
 	}
-	p := list[0]
-	if p.Status != st.From || (st.To == wire.ApprovalApproved && !st.At.Before(p.ExpiresAt)) {
-		return p, evidence.ErrApprovalSettled
+	p, err := st.Apply(list[0])
+	if err != nil {
+		return p, err
 	}
-	if st.From == wire.ApprovalPending {
-		p.DecidedBy, p.DecidedAt, p.DecisionReason = st.By, st.At, st.Reason
-	}
-	var decidedAt any
-	if !p.DecidedAt.IsZero() {
-		decidedAt = p.DecidedAt.UnixMicro()
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE portcullis_approvals SET status = ?2, decided_by = ?3, decided_at = ?4, decision_reason = ?5,
-		input = CASE WHEN ?7 THEN input END, response = coalesce(?6, response) WHERE id = ?1`,
-		st.ID.String(), st.To, p.DecidedBy, decidedAt, p.DecisionReason, nullable(st.Response), st.KeepInput()); err != nil {
+	if _, err := tx.ExecContext(ctx, evidence.SQLSettleParked, dialect.SettleArgs(st, p)...); err != nil {
 		return p, fmt.Errorf("evidence/sqlite: settle approval: %w", classify(err))
 	}
 	if err := tx.Commit(); err != nil {
 		return p, fmt.Errorf("evidence/sqlite: settle approval: %w", classify(err))
-	}
-	p.Status = st.To
-	if st.Response != nil {
-		p.Response = st.Response
 	}
 	return p, nil
 }
 
 // ExpiredParked lists pending calls whose expiry has passed.
 func (s *Store) ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error) {
-	rows, err := s.q.QueryContext(ctx, "SELECT id FROM portcullis_approvals WHERE status = 'pending' AND expires_at <= ? ORDER BY expires_at LIMIT ?", now.UnixMicro(), limit)
+	rows, err := s.q.QueryContext(ctx, evidence.SQLExpiredParked, now.UnixMicro(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("evidence/sqlite: expired approvals: %w", classify(err))
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"strings"
 
 	"github.com/portcullis/portcullis/evidence"
 )
@@ -166,29 +165,11 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var missing []string
-	latest := int64(0)
+	var known []int64
 	for _, src := range p.ListSources() {
-		latest = max(latest, src.Version)
-		if !applied[src.Version] {
-			missing = append(missing, fmt.Sprint(src.Version))
-		}
+		known = append(known, src.Version)
 	}
-	current := int64(0)
-	for v, ok := range applied {
-		if ok {
-			current = max(current, v)
-		}
-	}
-	switch {
-	case current > latest:
-		return fmt.Errorf("%w: %s has schema version %d, newer than this binary's %d: verify with the gateway that wrote it",
-			evidence.ErrSchemaMismatch, s.ro.path, current, latest)
-	case len(missing) > 0:
-		return fmt.Errorf("%w: %s lacks migration(s) %s of this binary (schema %d, want %d): run `gateway migrate` first; verify never migrates",
-			evidence.ErrSchemaMismatch, s.ro.path, strings.Join(missing, ", "), current, latest)
-	}
-	return nil
+	return evidence.CheckSchema(s.ro.path, applied, known)
 }
 
 // ErrChangedWhileRead means an immutable read-only store's file changed

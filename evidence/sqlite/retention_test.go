@@ -3,8 +3,8 @@ package sqlite_test
 import (
 	"context"
 	"crypto/rand"
+	"io"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +12,7 @@ import (
 
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/sqlite"
+	"github.com/portcullis/portcullis/evidence/storetest"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -81,23 +82,7 @@ func TestDeleteGuard(t *testing.T) {
 func TestConcurrentOpen(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "evidence.db")
-	var wg sync.WaitGroup
-	errs := make([]error, 4)
-	for i := range errs {
-		wg.Go(func() {
-			s, err := sqlite.Open(context.Background(), path)
-			if err == nil {
-				err = s.Close()
-			}
-			errs[i] = err
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("Open %d: %v", i, err)
-		}
-	}
+	storetest.ConcurrentOpen(t, func() (io.Closer, error) { return sqlite.Open(context.Background(), path) })
 }
 
 // TestLeadAcrossStores: two Stores on one file (as two gateway processes

@@ -8,7 +8,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -92,11 +91,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	if err := w.PingContext(ctx); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("evidence/sqlite: open %s: %w", path, classify(err))
-	}
-	if err := migrateLocked(ctx, path, w); err != nil {
+	if err := openLocked(ctx, path, w); err != nil {
 		w.Close()
 		return nil, err
 	}
@@ -127,6 +122,22 @@ func Migrate(ctx context.Context, path string) error {
 	defer db.Close()
 	db.SetMaxOpenConns(1)
 	return migrateLocked(ctx, path, db)
+}
+
+// openLocked makes the first connection (whose pragmas switch a fresh file
+// to WAL, which takes the file's exclusive lock and may answer
+// SQLITE_BUSY at once rather than wait) and migrates, both under the
+// migration lock, so processes opening one file at once take turns.
+func openLocked(ctx context.Context, path string, db *sql.DB) error {
+	unlock, err := lockFileWait(ctx, path+"-migrate")
+	if err != nil {
+		return fmt.Errorf("evidence/sqlite: migration lock %s-migrate: %w", path, err)
+	}
+	defer unlock()
+	if err := db.PingContext(ctx); err != nil {
+		return fmt.Errorf("evidence/sqlite: open %s: %w", path, classify(err))
+	}
+	return migrateDB(ctx, db)
 }
 
 // migrateLocked migrates while holding the file "<path>-migrate" locked, so
@@ -240,6 +251,17 @@ func (s *Store) Append(ctx context.Context, events []evidence.Event) error {
 		return fmt.Errorf("evidence/sqlite: append: %w", classify(err))
 	}
 	defer func() { _ = tx.Rollback() }()
+	if err := s.insertEvents(ctx, tx, events); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("evidence/sqlite: commit %d events: %w", len(events), classify(err))
+	}
+	return nil
+}
+
+// insertEvents inserts events in tx with the prepared insert.
+func (s *Store) insertEvents(ctx context.Context, tx *sql.Tx, events []evidence.Event) error {
 	stmt := tx.StmtContext(ctx, s.insert)
 	for _, e := range events {
 		j, err := rowcodec.Encode(e.Reasons, e.Args, e.Scope, e.Outcome)
@@ -268,9 +290,6 @@ func (s *Store) Append(ctx context.Context, events []evidence.Event) error {
 			nullable(rules)); err != nil {
 			return fmt.Errorf("evidence/sqlite: append event %s: %w", e.ID, classify(err))
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("evidence/sqlite: commit %d events: %w", len(events), classify(err))
 	}
 	return nil
 }
@@ -303,16 +322,7 @@ func (s *Store) query(ctx context.Context, q string, args ...any) ([]evidence.Ev
 		if e.RuleIDs, err = rowcodec.DecodeRuleIDs(rules); err != nil {
 			return nil, fmt.Errorf("event %s: %w", e.ID, err)
 		}
-		if len(body) > 0 {
-			e.Body = json.RawMessage(body)
-		}
 		e.Time = time.UnixMicro(ts).UTC()
-		if len(e.PrevHash) == 0 {
-			e.PrevHash = nil
-		}
-		if len(e.Hash) == 0 {
-			e.Hash = nil
-		}
 		if e.ID, err = uuid.Parse(id); err != nil {
 			return nil, fmt.Errorf("stored id %q: %w", id, err)
 		}
@@ -329,6 +339,7 @@ func (s *Store) query(ctx context.Context, q string, args ...any) ([]evidence.Ev
 			}
 			e.ParentReceiptID = &p
 		}
+		evidence.ScannedRow(&e, body)
 		if e.Reasons, e.Args, e.Scope, e.Outcome, err = rowcodec.Decode(rowcodec.JSON{Reasons: reasons, Args: args, Scope: scop, Outcome: outcome}); err != nil {
 			return nil, fmt.Errorf("event %s: %w", e.ID, err)
 		}
@@ -346,12 +357,7 @@ func (s *Store) Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt, error)
 	if err != nil {
 		return wire.Receipt{}, fmt.Errorf("evidence/sqlite: receipt %s: %w", id, err)
 	}
-	for _, e := range evs {
-		if e.Kind == evidence.KindDecision && e.ID == id {
-			return evidence.BuildReceipt(e, evidence.LatestOutcome(evs)), nil
-		}
-	}
-	return wire.Receipt{}, fmt.Errorf("receipt %s: %w", id, evidence.ErrNotFound)
+	return evidence.ReceiptFrom(id, evs)
 }
 
 // Receipts lists receipts newest first with keyset pagination over (ts, id).
@@ -416,40 +422,23 @@ func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptLi
 	if err != nil {
 		return wire.ReceiptList{}, fmt.Errorf("evidence/sqlite: list receipts: %w", err)
 	}
-	list := wire.ReceiptList{Receipts: []wire.Receipt{}}
-	if len(decisions) > p.Limit {
-		decisions = decisions[:p.Limit]
-		last := decisions[len(decisions)-1]
-		list.NextCursor = evidence.EncodeCursor(last.Time, last.ID)
-	}
-	if len(decisions) == 0 {
-		return list, nil
-	}
-	ids := make([]any, len(decisions))
-	for i, d := range decisions {
-		ids[i] = d.ID.String()
-	}
-	outs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind = 'outcome' AND receipt_id IN ("+
-		strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")+")", ids...)
+	list, err := evidence.PageReceipts(decisions, p.Limit, func(ids []uuid.UUID) ([]evidence.Event, error) {
+		args := make([]any, len(ids))
+		for i, id := range ids {
+			args[i] = id.String()
+		}
+		return s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind = 'outcome' AND receipt_id IN ("+
+			strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")+")", args...)
+	})
 	if err != nil {
-		return wire.ReceiptList{}, fmt.Errorf("evidence/sqlite: list outcomes: %w", err)
-	}
-	byReceipt := make(map[uuid.UUID][]evidence.Event, len(outs))
-	for _, o := range outs {
-		byReceipt[o.ReceiptID] = append(byReceipt[o.ReceiptID], o)
-	}
-	for _, d := range decisions {
-		list.Receipts = append(list.Receipts, evidence.BuildReceipt(d, evidence.LatestOutcome(byReceipt[d.ID])))
+		return wire.ReceiptList{}, fmt.Errorf("evidence/sqlite: %w", err)
 	}
 	return list, nil
 }
 
 // PendingDecisions lists the instance's allow decisions without outcome.
 func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
-	rows, err := s.q.QueryContext(ctx, `SELECT d.id FROM evidence_events d
-		WHERE d.kind = 'decision' AND d.decision = 'allow' AND d.instance_id = ?
-		AND NOT EXISTS (SELECT 1 FROM evidence_events o WHERE o.receipt_id = d.id AND o.kind = 'outcome')
-		ORDER BY d.ts, d.id`, instanceID)
+	rows, err := s.q.QueryContext(ctx, evidence.SQLPendingDecisions, instanceID)
 	if err != nil {
 		return nil, fmt.Errorf("evidence/sqlite: pending decisions: %w", classify(err))
 	}
@@ -479,8 +468,7 @@ func (s *Store) ChainHead(ctx context.Context, instanceID string) (uuid.UUID, in
 		seq   int64
 		hash  []byte
 	)
-	err := s.q.QueryRowContext(ctx, `SELECT chain_id, chain_seq, hash FROM evidence_events
-		WHERE instance_id = ? ORDER BY chain_id DESC, chain_seq DESC LIMIT 1`, instanceID).Scan(&chain, &seq, &hash)
+	err := s.q.QueryRowContext(ctx, evidence.SQLChainHead, instanceID).Scan(&chain, &seq, &hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return uuid.Nil, 0, nil, nil
 	}

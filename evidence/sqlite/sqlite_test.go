@@ -3,11 +3,8 @@ package sqlite_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -112,41 +109,12 @@ func TestClosedStoreUnavailable(t *testing.T) {
 	}
 }
 
+// BenchmarkWriter: the Writer's group commit with 64 callers, without a
+// quota, with a quota drawn in a transaction of its own before each
+// decision, and with it drawn in the decision's commit
+// (storetest.BenchWriter).
 func BenchmarkWriter(b *testing.B) {
-	s := open(b)
-	w := evidence.NewWriter(s, evidence.WriterOptions{InstanceID: "bench"})
-	defer w.Close(context.Background())
-	b.SetParallelism(max(1, 64/benchProcs()))
-	var calls atomic.Int64
-	start := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		ctx := context.Background()
-		for pb.Next() {
-			if err := benchCall(ctx, w); err != nil {
-				b.Error(err)
-				return
-			}
-			calls.Add(1)
-		}
-	})
-	b.ReportMetric(float64(calls.Load())/time.Since(start).Seconds(), "calls/s")
-}
-
-func benchProcs() int { return max(1, testingProcs()) }
-
-func benchCall(ctx context.Context, w *evidence.Writer) error {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return err
+	for _, mode := range []string{storetest.BenchNoQuota, storetest.BenchQuotaSeparate, storetest.BenchQuotaInCommit} {
+		b.Run(mode, func(b *testing.B) { storetest.BenchWriter(b, open(b), mode) })
 	}
-	d := evidence.Event{ID: id, Kind: evidence.KindDecision, PrincipalID: "agent-alpha", Tool: "Exec",
-		Decision: wire.DecisionAllow, Reasons: []string{}, PolicyRevision: "rev",
-		ArgsSHA256: evidence.ArgsDigest([]byte("x")), Args: []byte(`{"argv":["/usr/bin/git","status"],"cwd":"/srv/work/repo"}`),
-		Scope: &wire.Scope{FSGrants: []wire.FSGrant{{Path: "/srv/work", Mode: "rw"}}, Network: wire.Network{Posture: "off"}}}
-	if err := w.Append(ctx, d); err != nil {
-		return fmt.Errorf("decision: %w", err)
-	}
-	code := 0
-	return w.Append(ctx, evidence.Event{Kind: evidence.KindOutcome, ReceiptID: id,
-		Outcome: &wire.Outcome{Status: wire.StatusSucceeded, ExitCode: &code, DurationMS: 3, Backend: "bwrap"}})
 }

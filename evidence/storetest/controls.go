@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"sync"
@@ -157,4 +158,105 @@ func testParkedExactlyOnce(t *testing.T, s evidence.Store) {
 		t.Fatalf("Append approval event: %v", err)
 	}
 	closeWriter(t, w)
+}
+
+// testQuotaInDecisionCommit: two writers (two replicas' worth) sharing the
+// store draw a quota of 10 in the commits of 48 racing decisions
+// (Writer.AppendDrawing): exactly 10 are admitted with their allow
+// decision, the other 38 are recorded as their refusals (deny decision and
+// outcome), the counter says 10, and both chains link and hash as written.
+// A cost above its limit is refused without a counter.
+func testQuotaInDecisionCommit(t *testing.T, s evidence.Store) {
+	ctx := ctxFor(t)
+	c := controls(t, s)
+	now := time.Date(2026, 11, 22, 10, 0, 30, 0, time.UTC)
+	q := wire.Quota{Key: "agent-alpha/fs.read", Limit: 10, WindowS: 60, Cost: 1}
+	writers := []*evidence.Writer{
+		evidence.NewWriter(s, evidence.WriterOptions{InstanceID: "inst-q1"}),
+		evidence.NewWriter(s, evidence.WriterOptions{InstanceID: "inst-q2"}),
+	}
+	if !writers[0].DrawsQuotas() {
+		t.Fatalf("%T cannot draw quotas in its append transaction", s)
+	}
+	refusal := func(d evidence.Event) func(*evidence.QuotaExceeded) []evidence.Event {
+		return func(ex *evidence.QuotaExceeded) []evidence.Event {
+			d.Decision, d.RuleIDs, d.Reasons = wire.DecisionDeny, []string{"gateway.rate_limited"}, []string{"quota " + ex.Quota.Key}
+			return []evidence.Event{d, {Kind: evidence.KindOutcome, ReceiptID: d.ID,
+				Outcome: &wire.Outcome{Status: wire.StatusError, ErrorCode: ptr("rate_limited"), Backend: "none"}}}
+		}
+	}
+	var (
+		mu      sync.Mutex
+		allowed = map[uuid.UUID]bool{}
+		wg      sync.WaitGroup
+	)
+	for i := range 48 {
+		w := writers[i%2]
+		wg.Go(func() {
+			d := decision(t, "q")
+			d.ReceiptID = d.ID
+			ex, err := w.AppendDrawing(ctx, []wire.Quota{q}, now, refusal(d), d)
+			if err != nil {
+				t.Errorf("AppendDrawing: %v", err)
+				return
+			}
+			if ex != nil && (ex.Quota.Key != q.Key || ex.RetryAfter != 30*time.Second) {
+				t.Errorf("exceeded = %+v; want %s, retry after 30s", ex, q.Key)
+			}
+			mu.Lock()
+			allowed[d.ID] = ex == nil
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	n := 0
+	for id, ok := range allowed {
+		rc, err := s.Receipt(ctx, id)
+		if err != nil {
+			t.Fatalf("Receipt(%s): %v", id, err)
+		}
+		switch {
+		case ok:
+			n++
+			if rc.Decision != wire.DecisionAllow || (rc.Outcome != nil && rc.Outcome.Status != wire.StatusPending) {
+				t.Errorf("admitted receipt = %s with outcome %+v; want allow, pending", rc.Decision, rc.Outcome)
+			}
+		case rc.Decision != wire.DecisionDeny || rc.Outcome == nil || rc.Outcome.ErrorCode == nil || *rc.Outcome.ErrorCode != "rate_limited":
+			t.Errorf("refused receipt = %s with outcome %+v; want deny / rate_limited", rc.Decision, rc.Outcome)
+		}
+	}
+	if n != 10 {
+		t.Fatalf("admitted %d of 48 against a limit of 10", n)
+	}
+	usage, err := c.QuotaUsage(ctx, q.Key, 10)
+	if err != nil || len(usage) != 1 || usage[0].Used != 10 || usage[0].Limit != 10 {
+		t.Fatalf("QuotaUsage = %+v, %v; want 10 of 10 used", usage, err)
+	}
+	// A cost above its limit never fits: refused, no counter touched.
+	big := wire.Quota{Key: "agent-alpha/big", Limit: 1, WindowS: 60, Cost: 2}
+	d := decision(t, "big")
+	d.ReceiptID = d.ID
+	if ex, err := writers[0].AppendDrawing(ctx, []wire.Quota{big}, now, refusal(d), d); err != nil || ex == nil {
+		t.Fatalf("a cost above the limit = %+v, %v; want refused", ex, err)
+	}
+	if usage, err := c.QuotaUsage(ctx, big.Key, 10); err != nil || len(usage) != 0 {
+		t.Errorf("QuotaUsage of a never-fitting quota = %+v, %v; want no window", usage, err)
+	}
+	for _, w := range writers {
+		closeWriter(t, w)
+		chain, _, _, err := s.ChainHead(ctx, w.InstanceID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := chainEvents(t, s, chain)
+		for i, e := range evs {
+			h, err := evidence.ChainHash(e.PrevHash, e)
+			if err != nil || !bytes.Equal(h, e.Hash) || (i > 0 && !bytes.Equal(e.PrevHash, evs[i-1].Hash)) {
+				t.Fatalf("%s event %d (%s %s) does not hash or link as written (%v)", w.InstanceID(), i, e.Kind, e.Decision, err)
+			}
+		}
+	}
 }

@@ -204,6 +204,7 @@ type gatewayOptions struct {
 	postgres bool   // evidence in a scratch PostgreSQL database, else the embedded SQLite store
 	backend  string // sandbox.backend
 	bundle   string
+	extra    string // appended to the config (e.g. upstreams:)
 }
 
 // startGateway writes a config for o and starts the gateway on a free
@@ -243,6 +244,7 @@ func (e *benchEnv) startGateway(ctx context.Context, o gatewayOptions) (*server,
 	}
 	fmt.Fprintf(&c, "principals:\n  - id: %s\n    roles: [agent]\n    attributes: {team: bench}\n    api_key_sha256: %s\n",
 		q(benchPrincipal), q(hex.EncodeToString(sum[:])))
+	c.WriteString(o.extra)
 	cfgPath := filepath.Join(dir, "portcullis.yaml")
 	if err := os.WriteFile(cfgPath, []byte(c.String()), 0o600); err != nil {
 		return nil, err

@@ -11,7 +11,8 @@
 // (governed fs.read with durable evidence on PostgreSQL and SQLite vs OPA
 // with decision logs to a file), exec (Exec /bin/true through the gateway on
 // the process and bwrap backends vs bare bwrap vs fork/exec), evidence (the
-// evidence writer alone vs a raw CopyFrom ceiling). Every system runs
+// evidence writer alone vs a raw CopyFrom ceiling), upstream (an MCP
+// client calling server-everything's echo directly vs through the gateway). Every system runs
 // closed loop at each -clients count, then open loop at -rates fractions of
 // its best closed-loop throughput, with latency measured from each
 // request's intended send time.
@@ -260,7 +261,7 @@ func run(ctx context.Context, cfg *config) error {
 	for _, s := range cfg.scenarios {
 		needs[s] = true
 	}
-	if needs["decision"] || needs["fsread"] || needs["exec"] {
+	if needs["decision"] || needs["fsread"] || needs["exec"] || needs["upstream"] {
 		if cfg.gatewayBin != "" {
 			env.gatewayBin, err = filepath.Abs(cfg.gatewayBin)
 		} else {
@@ -301,6 +302,8 @@ func run(ctx context.Context, cfg *config) error {
 			err = r.execScenario(ctx)
 		case "evidence":
 			err = r.evidenceScenario(ctx)
+		default:
+			err = moreScenarios[s](r, ctx)
 		}
 		if err != nil {
 			if ctx.Err() != nil {

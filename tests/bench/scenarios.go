@@ -55,6 +55,8 @@ func mustJSON(v any) []byte {
 
 var jsonHeader = http.Header{"Content-Type": {"application/json"}}
 
+var _ = registerScenario("upstream", (*runner).upstreamScenario) // scenarios_upstream.go
+
 // client is an HTTP client with enough keep-alive connections for the
 // largest closed-loop client count and the open-loop in-flight cap.
 func (r *runner) client() *http.Client {

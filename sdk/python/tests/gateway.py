@@ -36,9 +36,11 @@ def gateway_binary():
 
 class Gateway:
     """A running gateway: url, keys by principal ("agent", "agent-noexec",
-    "auditor"), scratch (a directory "agent" may read and write)."""
+    "auditor"), scratch (a directory "agent" may read and write).
+    agent_tools adds tools "agent" may call (upstream tools, "web.echo");
+    extra_config adds config lines (upstreams:)."""
 
-    def __init__(self):
+    def __init__(self, agent_tools=(), extra_config=()):
         self.root = os.path.realpath(tempfile.mkdtemp(prefix="portcullis-py-"))
         self.scratch = os.path.join(self.root, "scratch")
         bundle = os.path.join(self.root, "bundle")
@@ -49,7 +51,7 @@ class Gateway:
         with open(os.path.join(bundle, "e2e.rego"), "w") as f:
             f.write(rego)
         data = {"e2e": {"principals": {
-            "agent": {"tools": ["Exec", "fs.read", "fs.write", "fs.list", "fs.search"],
+            "agent": {"tools": ["Exec", "fs.read", "fs.write", "fs.list", "fs.search"] + list(agent_tools),
                       "fs_grants": [{"path": "/usr", "mode": "r"}, {"path": self.scratch, "mode": "rw"}]},
             "agent-noexec": {"tools": []},
             # Its calls wait for a person (test_client.Approvals).
@@ -67,6 +69,7 @@ class Gateway:
             self.keys[pid] = key
             lines += ["  - id: %s" % json.dumps(pid), "    roles: [%s]" % role,
                       "    api_key_sha256: %s" % json.dumps(hashlib.sha256(key.encode()).hexdigest())]
+        lines += list(extra_config)
         cfg = os.path.join(self.root, "portcullis.yaml")
         with open(cfg, "w") as f:
             f.write("\n".join(lines) + "\n")

@@ -1,0 +1,112 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/evidence/postgres"
+	"github.com/portcullis/portcullis/wire"
+)
+
+// TestRunClaims: an approved call's run claim is held by one process at a
+// time, released by release, and by the death of the holder's session.
+func TestRunClaims(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := freshDatabase(t)
+	a, err := postgres.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := postgres.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	id := uuid.New()
+	relA, ok, err := a.ClaimRun(ctx, id)
+	if err != nil || !ok {
+		t.Fatalf("first claim: %v %v", ok, err)
+	}
+	if _, ok, err := b.ClaimRun(ctx, id); err != nil || ok {
+		t.Fatalf("a claim held by another process was taken: %v %v", ok, err)
+	}
+	if rel, ok, err := b.ClaimRun(ctx, uuid.New()); err != nil || !ok {
+		t.Fatalf("another call's claim: %v %v", ok, err)
+	} else {
+		rel()
+	}
+	relA()
+	relB, ok, err := b.ClaimRun(ctx, id)
+	if err != nil || !ok {
+		t.Fatalf("a released claim: %v %v", ok, err)
+	}
+	// The holder's session dies (its process was killed): the claim is free.
+	c, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var killed int
+	if err := c.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND objsubid = 2 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&killed); err != nil || killed != 1 {
+		t.Fatalf("terminate the holder's session: %d %v", killed, err)
+	}
+	defer relB()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		rel, ok, err := a.ClaimRun(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			rel()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the claim of a dead session was never freed")
+		}
+	}
+}
+
+// TestUnansweredRuns lists approved calls without an answer, and only
+// those.
+func TestUnansweredRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	now := time.Now().UTC()
+	park := func() evidence.ParkedCall {
+		in := json.RawMessage(`{"argv":["/usr/bin/true"]}`)
+		p := evidence.ParkedCall{ID: uuid.New(), ReceiptID: uuid.New(), Status: wire.ApprovalPending,
+			Principal: wire.Principal{ID: "agent", Roles: []string{"agent"}, Attributes: map[string]any{}}, Tool: "Exec",
+			Input: in, ArgsSHA256: evidence.ArgsDigest(in), Args: in, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+		if err := s.ParkCall(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	settle := func(p evidence.ParkedCall, from, to string, resp json.RawMessage) {
+		if _, err := s.SettleParked(ctx, evidence.Settle{ID: p.ID, From: from, To: to, By: "approver", At: now, Response: resp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending, running, answered := park(), park(), park()
+	settle(running, wire.ApprovalPending, wire.ApprovalApproved, nil)
+	settle(answered, wire.ApprovalPending, wire.ApprovalApproved, nil)
+	settle(answered, wire.ApprovalApproved, wire.ApprovalApproved, json.RawMessage(`{"status":200}`))
+	ids, err := s.UnansweredRuns(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids, []uuid.UUID{running.ID}) {
+		t.Fatalf("UnansweredRuns = %v, want only %s (not pending %s nor answered %s)", ids, running.ID, pending.ID, answered.ID)
+	}
+}

@@ -1,5 +1,0 @@
-package postgres_test
-
-import "runtime"
-
-func procs() int { return runtime.GOMAXPROCS(0) }
