@@ -136,7 +136,7 @@ func (fakeSandbox) Command(_ context.Context, argv, env []string, _ wire.Scope) 
 
 type allowLaunch struct{}
 
-func (allowLaunch) AuthorizeLaunch(context.Context, string, map[string]any) (Launch, error) {
+func (allowLaunch) AuthorizeLaunch(context.Context, string, map[string]any, string) (Launch, error) {
 	return Launch{ReceiptID: "launch-receipt"}, nil
 }
 
