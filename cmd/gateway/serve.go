@@ -81,7 +81,9 @@ func cmdServe(ctx context.Context, f serveFlags, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	log := newLogger(stderr, cfg.LogLevel)
+	logOut := newLogWriter(stderr)
+	defer logOut.Close()
+	log := newLogger(logOut, cfg.LogLevel)
 	configFileWarning(f.configPath, log)
 	warnUnknownEnv(func(name, nearest string) {
 		log.Warn("unknown environment variable ignored", "name", name, "did_you_mean", nearest)
