@@ -1,0 +1,176 @@
+package exectool
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// resolver remembers where paths lead (leadsTo) and forgets every answer
+// the moment anything it depends on may have changed, so that a dry run and
+// a call see the file system as it is, while the common case (the same few
+// programs, such as /usr/bin/git, asked for again and again) costs one
+// poll(2) instead of an lstat per path component and a readlink per
+// symlink.
+//
+// An answer depends on the entries of the directories the walk looked in
+// (leadsToVisiting): which names exist, which are symlinks and where they
+// point. Each such directory is watched with inotify before the walk looks
+// in it, for entries created, deleted, renamed or changed in their
+// attributes, and for the directory itself moved, deleted or unmounted.
+// Mounts change what a path leads to without touching any directory, so
+// /proc/self/mountinfo is polled too (it signals POLLPRI on every change of
+// the mount table). Every lookup first polls both, without waiting: if
+// either has anything to say, every remembered answer is dropped before the
+// lookup is answered, so there is no window in which a change that has
+// completed is not yet seen. A new answer is remembered only if a second
+// walk, made after all the watches were in place, looked in the same
+// directories, found the same answer, and no event arrived meanwhile.
+//
+// Anything unexpected (no inotify, a watch that cannot be added, too many
+// answers) means the answer is not remembered: the walk is the fallback,
+// never a stale answer.
+type resolver struct {
+	mu      sync.Mutex
+	ino     int // inotify descriptor, -1 if unavailable
+	mounts  *os.File
+	answers map[string]string
+	dirs    int // watches added since the descriptor was made
+}
+
+// maxRemembered bounds the answers and the watched directories; past it the
+// resolver starts afresh (a new inotify descriptor drops all watches).
+const maxRemembered = 1024
+
+// watchMask is what changes an answer: names appearing, disappearing or
+// renamed in a watched directory, attributes (a directory no longer
+// searchable), and the directory itself going away.
+const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO |
+	unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF |
+	unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
+
+// newResolver returns a resolver, or nil (every lookup walks) when inotify
+// or the mount table cannot be watched.
+func newResolver() *resolver {
+	m, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	r := &resolver{ino: -1, mounts: m, answers: map[string]string{}}
+	if err := r.reset(); err != nil {
+		_ = m.Close()
+		return nil
+	}
+	return r
+}
+
+// reset starts afresh: a new inotify descriptor (closing the old one drops
+// its watches) and no answers.
+func (r *resolver) reset() error {
+	if r.ino >= 0 {
+		_ = unix.Close(r.ino)
+	}
+	r.ino = -1
+	clear(r.answers)
+	r.dirs = 0
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("inotify: %w", err)
+	}
+	r.ino = fd
+	return nil
+}
+
+// close releases the descriptors.
+func (r *resolver) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ino >= 0 {
+		_ = unix.Close(r.ino)
+	}
+	r.ino = -1
+	clear(r.answers)
+	_ = r.mounts.Close()
+}
+
+// leadsTo is the package's leadsTo, remembered.
+func (r *resolver) leadsTo(p string) string {
+	if r == nil {
+		return leadsTo(p)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ino < 0 || r.changed() {
+		if r.reset() != nil {
+			return leadsTo(p)
+		}
+	}
+	if out, ok := r.answers[p]; ok {
+		return out
+	}
+	if len(r.answers) >= maxRemembered || r.dirs >= maxRemembered {
+		if r.reset() != nil {
+			return leadsTo(p)
+		}
+	}
+	var watched []string
+	out, err := leadsToVisiting(p, func(dir string) error {
+		if _, err := unix.InotifyAddWatch(r.ino, dir, watchMask); err != nil {
+			return fmt.Errorf("watch %s: %w", dir, err)
+		}
+		r.dirs++
+		watched = append(watched, dir)
+		return nil
+	})
+	if err != nil {
+		return out
+	}
+	// Every directory is watched now. Walk again: the answer is remembered
+	// only if nothing changed meanwhile (same directories, same answer, no
+	// event), so every change after this point is an event.
+	var again []string
+	out2, _ := leadsToVisiting(p, func(dir string) error {
+		again = append(again, dir)
+		return nil
+	})
+	if out2 == out && slices.Equal(watched, again) && !r.changed() {
+		r.answers[p] = out2
+	}
+	return out2
+}
+
+// changed reports, without waiting, whether an inotify event or a mount
+// table change is pending, and consumes them. Unknown poll results count as
+// a change.
+func (r *resolver) changed() bool {
+	fds := []unix.PollFd{
+		{Fd: int32(r.ino), Events: unix.POLLIN},
+		{Fd: int32(r.mounts.Fd()), Events: unix.POLLPRI},
+	}
+	n, err := unix.Poll(fds, 0)
+	if err != nil {
+		return true
+	}
+	if n == 0 {
+		return false
+	}
+	if fds[0].Revents != 0 {
+		var buf [4096]byte
+		for {
+			_, err := unix.Read(r.ino, buf[:])
+			if err != nil {
+				if !errors.Is(err, unix.EAGAIN) {
+					_ = r.reset()
+				}
+				break
+			}
+		}
+	}
+	// The mount table's POLLPRI is reported once per change (poll itself
+	// takes note of it): nothing to read.
+	return true
+}

@@ -1,0 +1,93 @@
+package exectool
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestResolverSeesChanges: a remembered answer is never given once the file
+// system it depends on has changed: each case asks, changes the tree, and
+// asks again; both answers must be what the plain walk (leadsTo) says at
+// that moment, and the first must have been remembered.
+func TestResolverSeesChanges(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		ask    string // relative to the case's directory
+		change func(t *testing.T, d string)
+	}{
+		{"symlink swapped", "link/prog", func(t *testing.T, d string) {
+			must(t, os.Remove(filepath.Join(d, "link")))
+			must(t, os.Symlink(filepath.Join(d, "b"), filepath.Join(d, "link")))
+		}},
+		{"symlink swapped by rename", "link/prog", func(t *testing.T, d string) {
+			must(t, os.Symlink(filepath.Join(d, "b"), filepath.Join(d, "tmp")))
+			must(t, os.Rename(filepath.Join(d, "tmp"), filepath.Join(d, "link")))
+		}},
+		{"file replaced by a symlink", "a/prog", func(t *testing.T, d string) {
+			must(t, os.Remove(filepath.Join(d, "a", "prog")))
+			must(t, os.Symlink(filepath.Join(d, "b", "prog"), filepath.Join(d, "a", "prog")))
+		}},
+		{"missing name created as a symlink", "a/missing/x", func(t *testing.T, d string) {
+			must(t, os.Symlink(filepath.Join(d, "b"), filepath.Join(d, "a", "missing")))
+		}},
+		{"directory moved away and replaced", "a/prog", func(t *testing.T, d string) {
+			must(t, os.Rename(filepath.Join(d, "a"), filepath.Join(d, "old")))
+			must(t, os.Symlink(filepath.Join(d, "b"), filepath.Join(d, "a")))
+		}},
+		{"deep symlink target changed", "link/sub/prog", func(t *testing.T, d string) {
+			must(t, os.Remove(filepath.Join(d, "a", "sub")))
+			must(t, os.Symlink("../b", filepath.Join(d, "a", "sub")))
+		}},
+		{"symlink loop broken", "loop/prog", func(t *testing.T, d string) {
+			must(t, os.Remove(filepath.Join(d, "loop")))
+			must(t, os.Symlink(filepath.Join(d, "a"), filepath.Join(d, "loop")))
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d, err := filepath.EvalSymlinks(t.TempDir())
+			must(t, err)
+			for _, dir := range []string{"a", "b"} {
+				must(t, os.Mkdir(filepath.Join(d, dir), 0o755))
+				must(t, os.WriteFile(filepath.Join(d, dir, "prog"), []byte("#!/bin/sh\n"), 0o755))
+			}
+			must(t, os.Symlink(filepath.Join(d, "a"), filepath.Join(d, "link")))
+			must(t, os.Symlink(".", filepath.Join(d, "a", "sub")))
+			must(t, os.Symlink(filepath.Join(d, "loop"), filepath.Join(d, "loop")))
+
+			r := newResolver()
+			if r == nil {
+				t.Skip("no inotify here")
+			}
+			t.Cleanup(r.close)
+			p := filepath.Join(d, tc.ask)
+			for i := range 2 {
+				if got, want := r.leadsTo(p), leadsTo(p); got != want {
+					t.Fatalf("before the change (ask %d): %s leads to %s, the walk says %s", i, p, got, want)
+				}
+			}
+			if _, ok := r.answers[p]; !ok {
+				t.Fatalf("the answer for %s was not remembered", p)
+			}
+			before := leadsTo(p)
+			tc.change(t, d)
+			got, want := r.leadsTo(p), leadsTo(p)
+			if got != want {
+				t.Errorf("after the change: %s leads to %s, the walk says %s", p, got, want)
+			}
+			if want == before {
+				t.Errorf("the change did not change the answer (%s): the case tests nothing", want)
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
