@@ -3,7 +3,6 @@ package exectool
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 
@@ -37,7 +36,7 @@ import (
 type resolver struct {
 	mu      sync.Mutex
 	ino     int // inotify descriptor, -1 if unavailable
-	mounts  *os.File
+	mounts  int // /proc/self/mountinfo
 	answers map[string]string
 	dirs    int // watches added since the descriptor was made
 }
@@ -56,13 +55,13 @@ const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN
 // newResolver returns a resolver, or nil (every lookup walks) when inotify
 // or the mount table cannot be watched.
 func newResolver() *resolver {
-	m, err := os.Open("/proc/self/mountinfo")
+	m, err := unix.Open("/proc/self/mountinfo", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
 	r := &resolver{ino: -1, mounts: m, answers: map[string]string{}}
 	if err := r.reset(); err != nil {
-		_ = m.Close()
+		_ = unix.Close(m)
 		return nil
 	}
 	return r
@@ -94,7 +93,10 @@ func (r *resolver) close() {
 	}
 	r.ino = -1
 	clear(r.answers)
-	_ = r.mounts.Close()
+	if r.mounts >= 0 {
+		_ = unix.Close(r.mounts)
+	}
+	r.mounts = -1
 }
 
 // leadsTo is the package's leadsTo, remembered.
@@ -104,6 +106,9 @@ func (r *resolver) leadsTo(p string) string {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.mounts < 0 {
+		return leadsTo(p) // closed
+	}
 	if r.ino < 0 || r.changed() {
 		if r.reset() != nil {
 			return leadsTo(p)
@@ -147,11 +152,11 @@ func (r *resolver) leadsTo(p string) string {
 // table change is pending, and consumes them. Unknown poll results count as
 // a change.
 func (r *resolver) changed() bool {
-	fds := []unix.PollFd{
+	fds := [2]unix.PollFd{
 		{Fd: int32(r.ino), Events: unix.POLLIN},
-		{Fd: int32(r.mounts.Fd()), Events: unix.POLLPRI},
+		{Fd: int32(r.mounts), Events: unix.POLLPRI},
 	}
-	n, err := unix.Poll(fds, 0)
+	n, err := unix.Poll(fds[:], 0)
 	if err != nil {
 		return true
 	}
