@@ -13,8 +13,8 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
-	"runtime"
 	"os/user"
+	"runtime"
 	"strconv"
 
 	"github.com/portcullis/portcullis/backends"
