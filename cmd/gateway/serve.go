@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -150,6 +151,16 @@ func cmdServe(ctx context.Context, f serveFlags, stdout, stderr io.Writer) error
 		printDevBanner(stdout, base, cfg, st, devKeys)
 	}
 	logListening(log, ln, st, ident)
+	// Collect the start-up's garbage now, before the first request. The
+	// collector sets its next goal from the heap live at the end of a cycle,
+	// times (1 + gc_percent/100): the last start-up cycle saw ~11-15 MB
+	// live where ~4 MB stay (16 MB of it goose's migration parser buffers,
+	// held in a sync.Pool), and at the default gc_percent of 400 let the
+	// heap grow to 60-77 MB under the first load, which set the peak RSS
+	// (docs/performance.md, P6). Twice: a sync.Pool's objects survive one
+	// collection in its victim cache. A few milliseconds, once.
+	runtime.GC()
+	runtime.GC()
 
 	go reloadOnHUP(ctx, st, log)
 	go st.policy.manager.Run(ctx)
