@@ -107,11 +107,20 @@ func RestrictExec(allow []string) error {
 // execution too), and for a script the interpreter its #! line names, that
 // interpreter's own chain and, for "#!/usr/bin/env NAME", NAME looked up in
 // BasePath. Missing pieces are left out: the exec then fails, closed.
-func ExecChain(path string) []string {
+func ExecChain(path string) []string { return ExecChainVisiting(path, nil) }
+
+// ExecChainVisiting is ExecChain, telling visit (when not nil) every path
+// it resolves or looks up, before it does: the answer depends on where
+// those lead and on the contents of the files in the answer, nothing else
+// (exectool remembers answers on that basis).
+func ExecChainVisiting(path string, visit func(p string)) []string {
 	var out []string
 	seen := map[string]bool{}
 	var add func(p string, depth int)
 	add = func(p string, depth int) {
+		if visit != nil {
+			visit(p)
+		}
 		real, err := filepath.EvalSymlinks(p)
 		if err != nil || seen[real] || depth > 4 {
 			return
@@ -129,6 +138,9 @@ func ExecChain(path string) []string {
 		add(interp, depth+1)
 		if filepath.Base(interp) == "env" && arg != "" {
 			for _, dir := range filepath.SplitList(BasePath) {
+				if visit != nil {
+					visit(filepath.Join(dir, arg))
+				}
 				if fi, err := os.Stat(filepath.Join(dir, arg)); err == nil && fi.Mode().IsRegular() {
 					add(filepath.Join(dir, arg), depth+1)
 					break

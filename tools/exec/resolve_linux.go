@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/portcullis/portcullis/backends/process"
 )
 
 // resolver remembers where paths lead (leadsTo) and forgets every answer
@@ -38,7 +40,8 @@ type resolver struct {
 	ino     int // inotify descriptor, -1 if unavailable
 	mounts  int // /proc/self/mountinfo
 	answers map[string]string
-	dirs    int // watches added since the descriptor was made
+	chains  map[string][]string // process.ExecChain answers
+	dirs    int                 // watches added since the descriptor was made
 }
 
 // maxRemembered bounds the answers and the watched directories; past it the
@@ -59,7 +62,7 @@ func newResolver() *resolver {
 	if err != nil {
 		return nil
 	}
-	r := &resolver{ino: -1, mounts: m, answers: map[string]string{}}
+	r := &resolver{ino: -1, mounts: m, answers: map[string]string{}, chains: map[string][]string{}}
 	if err := r.reset(); err != nil {
 		_ = unix.Close(m)
 		return nil
@@ -75,6 +78,7 @@ func (r *resolver) reset() error {
 	}
 	r.ino = -1
 	clear(r.answers)
+	clear(r.chains)
 	r.dirs = 0
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
@@ -99,6 +103,74 @@ func (r *resolver) close() {
 	r.mounts = -1
 }
 
+// fileMask is what changes a file's part in an exec chain: its contents
+// (the ELF interpreter or #! line read from it), its attributes, and the
+// file itself going away.
+const fileMask = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_DONT_FOLLOW
+
+// watch adds an inotify watch on path with mask.
+func (r *resolver) watch(path string, mask uint32) error {
+	if _, err := unix.InotifyAddWatch(r.ino, path, mask); err != nil {
+		return fmt.Errorf("watch %s: %w", path, err)
+	}
+	r.dirs++
+	return nil
+}
+
+// ready is the start of every lookup, under r.mu: false means walk without
+// remembering (closed, or no inotify); otherwise every remembered answer a
+// pending change may have touched is gone, and there is room for more.
+func (r *resolver) ready() bool {
+	if r.mounts < 0 {
+		return false // closed
+	}
+	if r.ino < 0 || r.changed() {
+		if r.reset() != nil {
+			return false
+		}
+	}
+	if len(r.answers)+len(r.chains) >= maxRemembered || r.dirs >= maxRemembered {
+		return r.reset() == nil
+	}
+	return true
+}
+
+// execChain is process.ExecChain, remembered like leadsTo: the chain
+// depends on where each path it resolved leads (its directories are
+// watched) and on the contents of each file in it (watched too).
+func (r *resolver) execChain(p string) []string {
+	if r == nil {
+		return process.ExecChain(p)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.ready() {
+		return process.ExecChain(p)
+	}
+	if out, ok := r.chains[p]; ok {
+		return slices.Clone(out)
+	}
+	var given []string
+	out := process.ExecChainVisiting(p, func(q string) { given = append(given, q) })
+	watchDir := func(dir string) error { return r.watch(dir, watchMask) }
+	for _, q := range given {
+		if _, err := leadsToVisiting(q, watchDir); err != nil {
+			return out
+		}
+	}
+	for _, f := range out {
+		if r.watch(f, fileMask) != nil {
+			return out
+		}
+	}
+	var again []string
+	out2 := process.ExecChainVisiting(p, func(q string) { again = append(again, q) })
+	if slices.Equal(out, out2) && slices.Equal(given, again) && !r.changed() {
+		r.chains[p] = slices.Clone(out2)
+	}
+	return out2
+}
+
 // leadsTo is the package's leadsTo, remembered.
 func (r *resolver) leadsTo(p string) string {
 	if r == nil {
@@ -106,28 +178,17 @@ func (r *resolver) leadsTo(p string) string {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.mounts < 0 {
-		return leadsTo(p) // closed
-	}
-	if r.ino < 0 || r.changed() {
-		if r.reset() != nil {
-			return leadsTo(p)
-		}
+	if !r.ready() {
+		return leadsTo(p)
 	}
 	if out, ok := r.answers[p]; ok {
 		return out
 	}
-	if len(r.answers) >= maxRemembered || r.dirs >= maxRemembered {
-		if r.reset() != nil {
-			return leadsTo(p)
-		}
-	}
 	var watched []string
 	out, err := leadsToVisiting(p, func(dir string) error {
-		if _, err := unix.InotifyAddWatch(r.ino, dir, watchMask); err != nil {
-			return fmt.Errorf("watch %s: %w", dir, err)
+		if err := r.watch(dir, watchMask); err != nil {
+			return err
 		}
-		r.dirs++
 		watched = append(watched, dir)
 		return nil
 	})
@@ -149,9 +210,19 @@ func (r *resolver) leadsTo(p string) string {
 }
 
 // changed reports, without waiting, whether an inotify event or a mount
-// table change is pending, and consumes them. Unknown poll results count as
-// a change.
+// table change is pending, and if so consumes them and forgets every
+// answer. Unknown poll results count as a change.
 func (r *resolver) changed() bool {
+	if !r.pending() {
+		return false
+	}
+	clear(r.answers)
+	clear(r.chains)
+	return true
+}
+
+// pending is changed without the forgetting.
+func (r *resolver) pending() bool {
 	fds := [2]unix.PollFd{
 		{Fd: int32(r.ino), Events: unix.POLLIN},
 		{Fd: int32(r.mounts), Events: unix.POLLPRI},
