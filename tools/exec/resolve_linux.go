@@ -32,9 +32,10 @@ import (
 // walk, made after all the watches were in place, looked in the same
 // directories, found the same answer, and no event arrived meanwhile.
 //
-// Anything unexpected (no inotify, a watch that cannot be added, too many
-// answers) means the answer is not remembered: the walk is the fallback,
-// never a stale answer.
+// Anything unexpected (no inotify, a watch that cannot be added, a
+// directory on a network or FUSE file system, whose changes elsewhere
+// inotify does not see, too many answers) means the answer is not
+// remembered: the walk is the fallback, never a stale answer.
 type resolver struct {
 	mu      sync.Mutex
 	ino     int // inotify descriptor, -1 if unavailable
@@ -108,8 +109,26 @@ func (r *resolver) close() {
 // file itself going away.
 const fileMask = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_DONT_FOLLOW
 
-// watch adds an inotify watch on path with mask.
+// localFS are the file systems whose every change inotify reports: local
+// ones, where all changes go through this kernel. On a network or FUSE file
+// system (NFS, SMB, 9p, virtiofs, ...) another host or process may change
+// it without an event, so nothing on one is remembered.
+var localFS = map[int64]bool{
+	unix.EXT4_SUPER_MAGIC: true, unix.XFS_SUPER_MAGIC: true, unix.BTRFS_SUPER_MAGIC: true,
+	unix.F2FS_SUPER_MAGIC: true, unix.TMPFS_MAGIC: true, unix.RAMFS_MAGIC: true,
+	unix.OVERLAYFS_SUPER_MAGIC: true, unix.SQUASHFS_MAGIC: true,
+}
+
+// watch adds an inotify watch on path with mask, if path is on a local
+// file system (localFS).
 func (r *resolver) watch(path string, mask uint32) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", path, err)
+	}
+	if !localFS[int64(st.Type)] {
+		return fmt.Errorf("watch %s: file system %#x may change without inotify events", path, st.Type)
+	}
 	if _, err := unix.InotifyAddWatch(r.ino, path, mask); err != nil {
 		return fmt.Errorf("watch %s: %w", path, err)
 	}

@@ -161,3 +161,23 @@ func TestResolverExecChainSeesChanges(t *testing.T) {
 		})
 	}
 }
+
+// TestResolverSkipsOtherFileSystems: a path through a file system whose
+// changes inotify may not see (here procfs) is answered by the walk and
+// never remembered.
+func TestResolverSkipsOtherFileSystems(t *testing.T) {
+	t.Parallel()
+	r := newResolver()
+	if r == nil {
+		t.Skip("no inotify here")
+	}
+	t.Cleanup(r.close)
+	for _, p := range []string{"/proc/self/exe", "/proc/sys/kernel/hostname"} {
+		if got, want := r.leadsTo(p), leadsTo(p); got != want {
+			t.Errorf("%s leads to %s, the walk says %s", p, got, want)
+		}
+		if _, ok := r.answers[p]; ok {
+			t.Errorf("%s remembered, though /proc is not a local file system", p)
+		}
+	}
+}
