@@ -109,14 +109,17 @@ func (r *resolver) close() {
 // file itself going away.
 const fileMask = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_DONT_FOLLOW
 
-// localFS are the file systems whose every change inotify reports: local
-// ones, where all changes go through this kernel. On a network or FUSE file
-// system (NFS, SMB, 9p, virtiofs, ...) another host or process may change
-// it without an event, so nothing on one is remembered.
-var localFS = map[int64]bool{
-	unix.EXT4_SUPER_MAGIC: true, unix.XFS_SUPER_MAGIC: true, unix.BTRFS_SUPER_MAGIC: true,
-	unix.F2FS_SUPER_MAGIC: true, unix.TMPFS_MAGIC: true, unix.RAMFS_MAGIC: true,
-	unix.OVERLAYFS_SUPER_MAGIC: true, unix.SQUASHFS_MAGIC: true,
+// localFS reports whether inotify reports every change of a file system of
+// this type: local ones, where all changes go through this kernel. On a
+// network or FUSE file system (NFS, SMB, 9p, virtiofs, ...) another host or
+// process may change it without an event, so nothing on one is remembered.
+func localFS(magic int64) bool {
+	switch magic {
+	case unix.EXT4_SUPER_MAGIC, unix.XFS_SUPER_MAGIC, unix.BTRFS_SUPER_MAGIC, unix.F2FS_SUPER_MAGIC,
+		unix.TMPFS_MAGIC, unix.RAMFS_MAGIC, unix.OVERLAYFS_SUPER_MAGIC, unix.SQUASHFS_MAGIC:
+		return true
+	}
+	return false
 }
 
 // watch adds an inotify watch on path with mask, if path is on a local
@@ -126,7 +129,7 @@ func (r *resolver) watch(path string, mask uint32) error {
 	if err := unix.Statfs(path, &st); err != nil {
 		return fmt.Errorf("statfs %s: %w", path, err)
 	}
-	if !localFS[int64(st.Type)] {
+	if !localFS(int64(st.Type)) {
 		return fmt.Errorf("watch %s: file system %#x may change without inotify events", path, st.Type)
 	}
 	if _, err := unix.InotifyAddWatch(r.ino, path, mask); err != nil {
