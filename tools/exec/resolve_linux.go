@@ -159,7 +159,11 @@ func (r *resolver) ready() bool {
 
 // execChain is process.ExecChain, remembered like leadsTo: the chain
 // depends on where each path it resolved leads (its directories are
-// watched) and on the contents of each file in it (watched too).
+// watched) and on the contents of each file in it (watched too). inotify
+// does not report writes through a shared mmap: a file rewritten that way
+// keeps its chain until any other change, which can only leave a new
+// interpreter out of the Landlock allow list (the exec fails, closed) or
+// keep one the program was allowed before.
 func (r *resolver) execChain(p string) []string {
 	if r == nil {
 		return process.ExecChain(p)
