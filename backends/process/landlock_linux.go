@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,11 +107,20 @@ func RestrictExec(allow []string) error {
 // execution too), and for a script the interpreter its #! line names, that
 // interpreter's own chain and, for "#!/usr/bin/env NAME", NAME looked up in
 // BasePath. Missing pieces are left out: the exec then fails, closed.
-func ExecChain(path string) []string {
+func ExecChain(path string) []string { return ExecChainVisiting(path, nil) }
+
+// ExecChainVisiting is ExecChain, telling visit (when not nil) every path
+// it resolves or looks up, before it does: the answer depends on where
+// those lead and on the contents of the files in the answer, nothing else
+// (exectool remembers answers on that basis).
+func ExecChainVisiting(path string, visit func(p string)) []string {
 	var out []string
 	seen := map[string]bool{}
 	var add func(p string, depth int)
 	add = func(p string, depth int) {
+		if visit != nil {
+			visit(p)
+		}
 		real, err := filepath.EvalSymlinks(p)
 		if err != nil || seen[real] || depth > 4 {
 			return
@@ -127,6 +138,9 @@ func ExecChain(path string) []string {
 		add(interp, depth+1)
 		if filepath.Base(interp) == "env" && arg != "" {
 			for _, dir := range filepath.SplitList(BasePath) {
+				if visit != nil {
+					visit(filepath.Join(dir, arg))
+				}
 				if fi, err := os.Stat(filepath.Join(dir, arg)); err == nil && fi.Mode().IsRegular() {
 					add(filepath.Join(dir, arg), depth+1)
 					break
@@ -143,18 +157,79 @@ func ExecChain(path string) []string {
 const BasePath = "/usr/local/bin:/usr/bin:/bin"
 
 // elfInterpreter is the PT_INTERP of an ELF file, "" for anything else.
+// It reads what the kernel reads to find it (the ELF header and the
+// program headers), not the section headers debug/elf.Open parses too:
+// that was half the CPU of an Exec dry run on the shipped policy
+// (docs/performance.md). A file the kernel would not load either way is
+// "" here (the exec then fails, closed).
 func elfInterpreter(path string) string {
-	f, err := elf.Open(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type != elf.PT_INTERP {
+	var ident [elf.EI_NIDENT]byte
+	if _, err := f.ReadAt(ident[:], 0); err != nil || string(ident[:4]) != elf.ELFMAG {
+		return ""
+	}
+	var order binary.ByteOrder
+	switch elf.Data(ident[elf.EI_DATA]) {
+	case elf.ELFDATA2LSB:
+		order = binary.LittleEndian
+	case elf.ELFDATA2MSB:
+		order = binary.BigEndian
+	default:
+		return ""
+	}
+	// Where the program headers are, and each one's type, offset and size.
+	var phoff uint64
+	var phentsize, phnum uint16
+	var read func(ph []byte) (typ uint32, off, size uint64)
+	switch elf.Class(ident[elf.EI_CLASS]) {
+	case elf.ELFCLASS64:
+		var h elf.Header64
+		if err := binary.Read(io.NewSectionReader(f, 0, int64(binary.Size(h))), order, &h); err != nil {
+			return ""
+		}
+		phoff, phentsize, phnum = h.Phoff, h.Phentsize, h.Phnum
+		if int(phentsize) < binary.Size(elf.Prog64{}) {
+			return ""
+		}
+		read = func(ph []byte) (uint32, uint64, uint64) {
+			return order.Uint32(ph[0:]), order.Uint64(ph[8:]), order.Uint64(ph[32:])
+		}
+	case elf.ELFCLASS32:
+		var h elf.Header32
+		if err := binary.Read(io.NewSectionReader(f, 0, int64(binary.Size(h))), order, &h); err != nil {
+			return ""
+		}
+		phoff, phentsize, phnum = uint64(h.Phoff), h.Phentsize, h.Phnum
+		if int(phentsize) < binary.Size(elf.Prog32{}) {
+			return ""
+		}
+		read = func(ph []byte) (uint32, uint64, uint64) {
+			return order.Uint32(ph[0:]), uint64(order.Uint32(ph[4:])), uint64(order.Uint32(ph[16:]))
+		}
+	default:
+		return ""
+	}
+	if phnum == 0 || phoff > 1<<30 {
+		return ""
+	}
+	phs := make([]byte, int(phentsize)*int(phnum))
+	if _, err := f.ReadAt(phs, int64(phoff)); err != nil {
+		return ""
+	}
+	for i := range int(phnum) {
+		typ, off, size := read(phs[i*int(phentsize):])
+		if elf.ProgType(typ) != elf.PT_INTERP {
 			continue
 		}
-		b := make([]byte, min(p.Filesz, 4096))
-		if _, err := p.ReadAt(b, 0); err != nil {
+		if off > 1<<40 {
+			return ""
+		}
+		b := make([]byte, min(size, 4096))
+		if _, err := f.ReadAt(b, int64(off)); err != nil {
 			return ""
 		}
 		return string(bytes.TrimRight(b, "\x00"))
@@ -169,6 +244,12 @@ func shebang(path string) (interp, arg string) {
 		return "", ""
 	}
 	defer f.Close()
+	// Most programs are not scripts: two bytes say so, before a line
+	// reader would read through a binary to its first newline.
+	var magic [2]byte
+	if _, err := f.ReadAt(magic[:], 0); err != nil || string(magic[:]) != "#!" {
+		return "", ""
+	}
 	line, err := bufio.NewReaderSize(f, 256).ReadString('\n')
 	if err != nil && line == "" {
 		return "", ""

@@ -41,3 +41,11 @@ func LandlockABI() int { return 0 }
 
 // ExecChain is the real path of path alone outside Linux.
 func ExecChain(path string) []string { return []string{path} }
+
+// ExecChainVisiting is ExecChain; visit is told path.
+func ExecChainVisiting(path string, visit func(p string)) []string {
+	if visit != nil {
+		visit(path)
+	}
+	return ExecChain(path)
+}

@@ -15,6 +15,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -81,13 +83,27 @@ func cmdServe(ctx context.Context, f serveFlags, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	log := newLogger(stderr, cfg.LogLevel)
+	logOut := newLogWriter(stderr)
+	defer logOut.Close()
+	log := newLogger(logOut, cfg.LogLevel)
 	configFileWarning(f.configPath, log)
 	warnUnknownEnv(func(name, nearest string) {
 		log.Warn("unknown environment variable ignored", "name", name, "did_you_mean", nearest)
 	})
 	if err := tuneGC(cfg.Runtime, os.Getenv, log); err != nil {
 		return err
+	}
+	// Start-up (the bundle's parse, compile and index, the store's
+	// migrations) is mostly garbage, made once: at the serving gc_percent
+	// (400 by default) the heap grew to ~70 MB for the shipped library
+	// while ~8 MB stayed live, and that start-up peak was the gateway's
+	// peak RSS (docs/performance.md, P6). So start-up runs at Go's default
+	// 100 (or lower, if configured lower), and the configured value is put
+	// back below, once the start-up's garbage is collected.
+	servingGC := debug.SetGCPercent(-1)
+	debug.SetGCPercent(min(servingGC, 100))
+	if servingGC < 0 {
+		debug.SetGCPercent(servingGC) // off (memory_limit alone): left so
 	}
 	shutdownTracing, err := setupTracing(ctx, log)
 	if err != nil {
@@ -148,6 +164,17 @@ func cmdServe(ctx context.Context, f serveFlags, stdout, stderr io.Writer) error
 		printDevBanner(stdout, base, cfg, st, devKeys)
 	}
 	logListening(log, ln, st, ident)
+	// Collect the start-up's garbage now, before the first request, then
+	// serve at the configured gc_percent. The collector sets its next goal
+	// from the heap live at the end of a cycle, times (1 + gc_percent/100):
+	// the last start-up cycle saw ~11-15 MB live where ~4 MB stay (16 MB of
+	// it goose's migration parser buffers, held in a sync.Pool), and at
+	// gc_percent 400 let the heap grow to 60-77 MB under the first load
+	// (docs/performance.md, P6). Twice: a sync.Pool's objects survive one
+	// collection in its victim cache. A few milliseconds, once.
+	runtime.GC()
+	runtime.GC()
+	debug.SetGCPercent(servingGC)
 
 	go reloadOnHUP(ctx, st, log)
 	go st.policy.manager.Run(ctx)

@@ -22,8 +22,10 @@ type Report struct {
 	Machine  Machine   `json:"machine"`
 	Settings Settings  `json:"settings"`
 	Results  []*Result `json:"results"`
-	Notes    []string  `json:"notes,omitempty"`
-	Problems []string  `json:"problems,omitempty"`
+	// Goals are issue 17's rows, computed from Results when written.
+	Goals    []Goal   `json:"goals,omitempty"`
+	Notes    []string `json:"notes,omitempty"`
+	Problems []string `json:"problems,omitempty"`
 }
 
 // Machine describes the host, because every figure depends on it.
@@ -159,6 +161,10 @@ func describeMachine(ctx context.Context, env *benchEnv, opaVersion string) Mach
 
 // write writes results.json, results.md and the plots into dir.
 func (rep *Report) write(dir string) error {
+	rep.Goals = rep.goals()
+	if err := os.WriteFile(filepath.Join(dir, "goals.svg"), []byte(GoalsPlot(rep.Goals)), 0o644); err != nil {
+		return err
+	}
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
@@ -207,6 +213,8 @@ func (rep *Report) markdown(plots []string) string {
 		fmt.Fprintf(&b, ", %.2f at the end", m.LoadEnd)
 	}
 	fmt.Fprintf(&b, ".\n\n")
+	b.WriteString(goalsMarkdown(rep.Goals))
+	b.WriteString("## All runs\n\n")
 	s := rep.Settings
 	fmt.Fprintf(&b, "Each run: %s measured after a %s closed-loop warm-up; closed loop at %v clients, then open loop at %v of the "+
 		"system's best closed-loop throughput (at most %d requests in flight, %d for exec). Open-loop latency is measured from each "+

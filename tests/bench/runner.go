@@ -23,7 +23,10 @@ type system struct {
 	clients  []int  // closed-loop client counts; nil means -clients
 	// noOpen skips the open-loop runs (systems whose op is a batch).
 	noOpen bool
-	note   string
+	// fixedRates are open-loop runs at these absolute rates (ops/s), after
+	// the fractional ones: the same rate for every system compared (P5).
+	fixedRates []float64
+	note       string
 }
 
 // runner runs scenarios and collects their results.
@@ -72,6 +75,11 @@ func (r *runner) measure(ctx context.Context, scenario string, sys system) error
 			return err
 		}
 		res.RateFraction = f
+	}
+	for _, rate := range sys.fixedRates {
+		if _, err := r.runOne(ctx, scenario, sys, LoadSpec{Clients: inflight, Rate: rate, Duration: r.cfg.duration}); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -174,6 +174,7 @@ func (r *runner) decisionScenario(ctx context.Context) error {
 			return r.measure(ctx, scenario, system{
 				name: "gateway/" + p.label, unit: "decisions/s", op: httpPost(c, url, gwBody, h),
 				pid: s.pid(), cpuScope: "gateway process",
+				clients: r.goalClients(), fixedRates: goalRates(p.label),
 				note: "POST /v1/decisions, Exec /usr/bin/true (dry run: validate, resolve, decide, enforce; no evidence)",
 			})
 		})
@@ -189,6 +190,7 @@ func (r *runner) decisionScenario(ctx context.Context) error {
 			return r.measure(ctx, scenario, system{
 				name: "opa/" + p.label, unit: "decisions/s", op: httpPost(c, url, opaBody, jsonHeader),
 				pid: s.pid(), cpuScope: "opa process",
+				clients: r.goalClients(), fixedRates: goalRates(p.label),
 				note: "POST /v1/data/portcullis/decision with the gateway-shaped input; no decision logs",
 			})
 		})

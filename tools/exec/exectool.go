@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/user"
+	"runtime"
 	"strconv"
 
 	"github.com/portcullis/portcullis/backends"
@@ -42,6 +43,7 @@ type Tool struct {
 	environ func() []string
 	log     *slog.Logger
 	user    string
+	res     *resolver // where argv[0] and cwd lead, remembered (resolve_linux.go)
 }
 
 var _ tools.Tool = (*Tool)(nil)
@@ -60,6 +62,9 @@ func New(opts Options) *Tool {
 		t.log = slog.Default()
 	}
 	t.user = currentUser()
+	if t.res = newResolver(); t.res != nil {
+		runtime.AddCleanup(t, func(r *resolver) { r.close() }, t.res)
+	}
 	return t
 }
 
@@ -151,7 +156,7 @@ var schema = inputschema.MustCompile("Exec", parametersSchema)
 
 // Prepare validates and normalizes input; see input.go for the rules.
 func (t *Tool) Prepare(ctx context.Context, input json.RawMessage) (tools.Call, error) {
-	in, err := decodeInput(input)
+	in, err := decodeInput(input, t.res)
 	if err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@ type input struct {
 // decodeInput applies the contract's rules. Optional fields given as JSON
 // null count as absent (OpenAI strict mode sends them that way). Every error
 // is a *wire.Error with code invalid_input or too_large naming the field.
-func decodeInput(raw json.RawMessage) (*input, error) {
+func decodeInput(raw json.RawMessage, res *resolver) (*input, error) {
 	obj, err := schema.Decode(raw)
 	if err != nil {
 		return nil, err
@@ -79,7 +79,7 @@ func decodeInput(raw json.RawMessage) (*input, error) {
 		}
 	}
 
-	if in.argv0, err = resolveExecutable(in.argv[0]); err != nil {
+	if in.argv0, err = resolveExecutable(in.argv[0], res); err != nil {
 		return nil, err
 	}
 	if v, ok := obj.Get("cwd"); ok {
@@ -88,7 +88,7 @@ func decodeInput(raw json.RawMessage) (*input, error) {
 			return nil, strictjson.Invalid("cwd", "cwd must be a string: an absolute directory path")
 		}
 		in.cwdGiven = cwd
-		if in.cwd, err = resolveDir(cwd); err != nil {
+		if in.cwd, err = resolveDir(cwd, res); err != nil {
 			return nil, err
 		}
 	}
@@ -183,19 +183,19 @@ func checkEnvName(k string) error {
 }
 
 // resolveExecutable checks argv[0]'s form and returns where it leads
-// (leadsTo). Whether it exists and is a program is checked by Enforce,
+// (leadsTo, remembered by res: a nil res walks). Whether it exists and is a program is checked by Enforce,
 // after the grants: see leadsTo for why.
-func resolveExecutable(p string) (string, error) {
+func resolveExecutable(p string, res *resolver) (string, error) {
 	const want = "argv[0] must be the absolute path of an existing executable file, e.g. /usr/bin/git (no PATH lookup)"
 	if !filepath.IsAbs(p) {
 		return "", strictjson.Invalid("argv[0]", "argv[0] %q is not absolute; %s", p, want)
 	}
-	return leadsTo(p), nil
+	return res.leadsTo(p), nil
 }
 
 // resolveDir checks cwd's form and returns where it leads; Enforce checks
 // that it is a directory, after the grants.
-func resolveDir(p string) (string, error) {
+func resolveDir(p string, res *resolver) (string, error) {
 	const want = "cwd must be the absolute path of an existing directory inside the granted paths"
 	if !filepath.IsAbs(p) {
 		return "", strictjson.Invalid("cwd", "cwd %q is not absolute; %s", p, want)
@@ -203,7 +203,7 @@ func resolveDir(p string) (string, error) {
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", strictjson.Invalid("cwd", "cwd contains a NUL byte; %s", want)
 	}
-	return leadsTo(p), nil
+	return res.leadsTo(p), nil
 }
 
 // sortedKeys returns m's keys in order.

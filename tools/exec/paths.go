@@ -28,15 +28,28 @@ var errLinkLoop = errors.New("too many levels of symbolic links")
 // grant, which this follows to its target. A symlink loop leads to p
 // itself, cleaned.
 func leadsTo(p string) string {
-	out, err := walk(filepath.Clean(p))
-	if err != nil {
-		return filepath.Clean(p)
-	}
+	out, _ := leadsToVisiting(p, nil)
 	return out
 }
 
-// walk resolves clean absolute p component by component.
-func walk(p string) (string, error) {
+// leadsToVisiting is leadsTo, calling visit (when not nil) with each
+// directory whose entries the answer depends on, before it looks in it;
+// visit's error stops the walk and is returned (the answer is then still
+// leadsTo's, from a walk without visit).
+func leadsToVisiting(p string, visit func(dir string) error) (string, error) {
+	out, err := walk(filepath.Clean(p), visit)
+	if errors.Is(err, errLinkLoop) {
+		return filepath.Clean(p), nil
+	}
+	if err != nil {
+		return leadsTo(p), err
+	}
+	return out, nil
+}
+
+// walk resolves clean absolute p component by component; visit, when not
+// nil, is told each directory before a name is looked up in it.
+func walk(p string, visit func(dir string) error) (string, error) {
 	todo := strings.Split(strings.TrimPrefix(p, "/"), "/")
 	cur, links := "/", 0
 	for len(todo) > 0 {
@@ -48,6 +61,11 @@ func walk(p string) (string, error) {
 		case "..":
 			cur = filepath.Dir(cur)
 			continue
+		}
+		if visit != nil {
+			if err := visit(cur); err != nil {
+				return "", err
+			}
 		}
 		next := filepath.Join(cur, name)
 		fi, err := os.Lstat(next)

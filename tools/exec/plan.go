@@ -176,7 +176,7 @@ func (c *call) enforcePlan(plan *wire.ExecPlan, grants []wire.FSGrant, deny []st
 				Details: map[string]any{"field": "argv[0]"},
 			}
 		}
-		allow = process.ExecChain(c.in.argv0)
+		allow = c.tool.res.execChain(c.in.argv0)
 		for _, e := range plan.ExecAllow {
 			p := e
 			if !filepath.IsAbs(p) {
