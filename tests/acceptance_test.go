@@ -787,7 +787,7 @@ func testConcurrent(t *testing.T, g *gateway) {
 		}
 		wantRan(t, r.res, false)
 		if x := r.res.exec(t); x.Stdout != "n "+strconv.Itoa(r.i)+"\n" {
-			t.Errorf("call %d: stdout %q (answers crossed?)", r.i, x.Stdout)
+			t.Errorf("call %d: stdout %q (answers crossed?): %s", r.i, x.Stdout, r.res.response)
 		}
 		if r.res.CallID != "call_"+strconv.Itoa(r.i) {
 			t.Errorf("call %d: call_id %q", r.i, r.res.CallID)

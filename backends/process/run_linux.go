@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -290,12 +289,20 @@ func (r *Runner) await(ctx context.Context, spec sandbox.Spec, g *group, done ch
 	}
 
 	// The group is dead; a process that left it may still hold the pipes.
+	// Past the grace the drains stop waiting for EOF, but first take what
+	// the pipes already hold: when this process was off the CPU for longer
+	// than the grace, the timer and the data are ready at once, and closing
+	// the pipes would lose output the program did write.
 	drainDone := make(chan struct{})
 	go func() { drained.Wait(); close(drainDone) }()
 	select {
 	case <-drainDone:
 	case <-time.After(drainGrace):
-		pipes.close(outR, errR)
+		for _, f := range []*os.File{outR, errR} {
+			if f.SetReadDeadline(time.Now()) != nil {
+				pipes.close(f) // not pollable: no deadline, so close it
+			}
+		}
 		<-drainDone
 	}
 	return res, exit, stdout, stderr
@@ -592,17 +599,47 @@ func (g *group) kill(done <-chan exitInfo) exitInfo {
 	return <-done
 }
 
-// drain copies r into buf until EOF or until r is closed.
-func drain(r io.Reader, buf *OutputBuffer) {
+// drain copies r into buf until EOF, until r is closed, or until its read
+// deadline passes; then it takes whatever r still holds without waiting.
+func drain(r *os.File, buf *OutputBuffer) {
 	p := make([]byte, 32<<10)
 	for {
 		n, err := r.Read(p)
 		if n > 0 {
 			_, _ = buf.Write(p[:n])
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			drainHeld(r, buf, p)
+			return
+		}
 		if err != nil {
 			return
 		}
+	}
+}
+
+// drainHeld copies into buf what the pipe r holds now, without waiting
+// (its descriptor is non-blocking: r is in the runtime's poller).
+func drainHeld(r *os.File, buf *OutputBuffer, p []byte) {
+	// A raw read checks the deadline first: lift it (the callback below
+	// never asks to wait, so nothing blocks).
+	if r.SetReadDeadline(time.Time{}) != nil {
+		return
+	}
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return
+	}
+	for more := true; more; {
+		more = false
+		_ = rc.Read(func(fd uintptr) bool {
+			n, err := unix.Read(int(fd), p)
+			if n > 0 {
+				_, _ = buf.Write(p[:n])
+				more = err == nil
+			}
+			return true // never wait
+		})
 	}
 }
 
