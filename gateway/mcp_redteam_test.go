@@ -1,0 +1,69 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/portcullis/portcullis/gateway/identity"
+	"github.com/portcullis/portcullis/tools"
+	"github.com/portcullis/portcullis/wire"
+)
+
+// expiringJWT accepts the tokens it was given, each as a token of agent
+// "alice" whose exp is the time given.
+type expiringJWT map[string]time.Time
+
+func (v expiringJWT) Verify(_ context.Context, tok string) (wire.Principal, error) {
+	exp, ok := v[tok]
+	if !ok {
+		return wire.Principal{}, &identity.Failure{Reason: identity.ReasonBadSignature, Message: "the JWT signature does not verify"}
+	}
+	return wire.Principal{ID: "alice", Roles: []string{wire.RoleAgent}, Attributes: map[string]any{
+		identity.AttrAuth: identity.AuthJWT, identity.AttrClaims: map[string]any{"sub": "alice", "exp": float64(exp.Unix())}}}, nil
+}
+
+// TestMCPStreamEndsWhenCredentialExpires: a GET stream is one request that
+// never ends, so the authentication it passed would otherwise hold for as
+// long as the client keeps it open. A stream opened with a JWT ends at the
+// token's exp, also one that is past but still inside the verifier's
+// leeway.
+func TestMCPStreamEndsWhenCredentialExpires(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	const soon, past = "eyJhbGciOiJSUzI1NiJ9.e30.c29vbg", "eyJhbGciOiJSUzI1NiJ9.e30.cGFzdA"
+	ev := &memEvidence{}
+	s := New(Options{
+		JWT:    expiringJWT{soon: now.Add(2 * time.Second), past: now.Add(-10 * time.Second)},
+		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
+		MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+	})
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	for _, tc := range []struct{ name, tok string }{{"expires during the stream", soon}, {"expired within leeway", past}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sid := mcpInit(t, ts.URL, tc.tok)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a bound, not an assertion
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/mcp", nil)
+			req.Header.Set("Authorization", "Bearer "+tc.tok)
+			req.Header.Set("Accept", "text/event-stream")
+			req.Header.Set(headerMCPSession, sid)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET /mcp: %d", resp.StatusCode)
+			}
+			if _, err := io.ReadAll(resp.Body); err != nil {
+				t.Fatalf("the stream outlived its credential: %v", err)
+			}
+		})
+	}
+}
