@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,5 +66,56 @@ func TestMCPStreamEndsWhenCredentialExpires(t *testing.T) {
 				t.Fatalf("the stream outlived its credential: %v", err)
 			}
 		})
+	}
+}
+
+// sessionsOf counts the registered MCP sessions of principal id.
+func sessionsOf(s *Server, id string) int {
+	s.mcp.mu.Lock()
+	defer s.mcp.mu.Unlock()
+	n := 0
+	for _, sess := range s.mcp.sessions {
+		if sess.server.p.ID == id {
+			n++
+		}
+	}
+	return n
+}
+
+// TestMCPSessionCapHolds: the per-principal session cap (each session may
+// hold a GET stream open) holds against a burst of concurrent initializes,
+// which all pass the check before any registers, and across credentials
+// of one principal (each JWT is a different principalKey: its claims
+// differ).
+func TestMCPSessionCapHolds(t *testing.T) {
+	t.Parallel()
+	exp := time.Now().Add(time.Hour)
+	toks := expiringJWT{}
+	for _, tok := range []string{"eyJhbGciOiJSUzI1NiJ9.e30.YQ", "eyJhbGciOiJSUzI1NiJ9.e30.Yg"} {
+		toks[tok] = exp
+		exp = exp.Add(time.Second) // another exp: another principalKey
+	}
+	ev := &memEvidence{}
+	s := New(Options{
+		JWT:    toks,
+		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
+		MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+	})
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`
+	var wg sync.WaitGroup
+	for tok := range toks {
+		for range 3 * mcpSessionsPerIdentity {
+			wg.Go(func() { mcpDo(t, ts.URL, http.MethodPost, tok, "", init, nil) })
+		}
+	}
+	wg.Wait()
+	if n := sessionsOf(s, "alice"); n > mcpSessionsPerIdentity {
+		t.Fatalf("alice holds %d MCP sessions, the cap is %d", n, mcpSessionsPerIdentity)
+	}
+	// The cap still lets the principal in.
+	for tok := range toks {
+		mcpInit(t, ts.URL, tok)
 	}
 }
