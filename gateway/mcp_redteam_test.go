@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -117,5 +118,43 @@ func TestMCPSessionCapHolds(t *testing.T) {
 	// The cap still lets the principal in.
 	for tok := range toks {
 		mcpInit(t, ts.URL, tok)
+	}
+}
+
+// TestMCPOneStreamPerSession: a session holds at most one GET stream, so
+// the session cap bounds the streams too.
+func TestMCPOneStreamPerSession(t *testing.T) {
+	t.Parallel()
+	ev := &memEvidence{}
+	s := New(Options{
+		Keys:   []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
+		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
+		MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+	})
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	sid := mcpInit(t, ts.URL, agentKey)
+	get := func() *http.Response {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, ts.URL+"/mcp", nil)
+		req.Header.Set("Authorization", "Bearer "+agentKey)
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set(headerMCPSession, sid)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		return resp
+	}
+	first := get()
+	if first.StatusCode != http.StatusOK {
+		t.Fatalf("first stream: %d", first.StatusCode)
+	}
+	head := make([]byte, 5)
+	if _, err := io.ReadFull(first.Body, head); err != nil {
+		t.Fatal(err)
+	}
+	if second := get(); second.StatusCode != http.StatusConflict {
+		t.Fatalf("second stream on one session: %d, want 409", second.StatusCode)
 	}
 }
