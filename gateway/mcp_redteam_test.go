@@ -3,9 +3,14 @@ package gateway
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,5 +161,51 @@ func TestMCPOneStreamPerSession(t *testing.T) {
 	}
 	if second := get(); second.StatusCode != http.StatusConflict {
 		t.Fatalf("second stream on one session: %d, want 409", second.StatusCode)
+	}
+}
+
+// TestAuthClientCertificateExpiredOnOpenConnection: crypto/tls checks a
+// client certificate's validity at the handshake only; a connection kept
+// alive past the certificate's notAfter (or its issuer's) must not keep
+// authenticating requests.
+func TestAuthClientCertificateExpiredOnOpenConnection(t *testing.T) {
+	t.Parallel()
+	ev := &memEvidence{}
+	s := New(Options{
+		ClientCerts: stubCerts{"agent-7": {ID: "agent-7", Roles: []string{wire.RoleAgent}}},
+		Policy:      fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
+		InstanceID: "test", MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+	})
+	now := time.Now()
+	valid := func(c *x509.Certificate) *x509.Certificate {
+		c.NotBefore, c.NotAfter = now.Add(-time.Hour), now.Add(time.Hour)
+		return c
+	}
+	for _, tc := range []struct {
+		name  string
+		chain []*x509.Certificate
+		want  int
+	}{
+		{"valid", []*x509.Certificate{valid(&x509.Certificate{Subject: pkix.Name{CommonName: "agent-7"}}), valid(&x509.Certificate{})}, http.StatusOK},
+		{"leaf expired", []*x509.Certificate{{Subject: pkix.Name{CommonName: "agent-7"}, NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(-time.Minute)}, valid(&x509.Certificate{})}, http.StatusUnauthorized},
+		{"leaf not yet valid", []*x509.Certificate{{Subject: pkix.Name{CommonName: "agent-7"}, NotBefore: now.Add(time.Hour), NotAfter: now.Add(2 * time.Hour)}, valid(&x509.Certificate{})}, http.StatusUnauthorized},
+		{"issuer expired", []*x509.Certificate{valid(&x509.Certificate{Subject: pkix.Name{CommonName: "agent-7"}}), {NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(-time.Minute)}}, http.StatusUnauthorized},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			req := httptest.NewRequest(http.MethodPost, "/v1/tool-calls", strings.NewReader(`{"tool":"Count","input":{}}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.TLS = &tls.ConnectionState{PeerCertificates: tc.chain[:1], VerifiedChains: [][]*x509.Certificate{tc.chain}}
+			rec := httptest.NewRecorder()
+			s.Handler().ServeHTTP(rec, req)
+			if rec.Code != tc.want {
+				t.Fatalf("%d %s, want %d", rec.Code, rec.Body, tc.want)
+			}
+			var out wire.ToolCallResponse
+			_ = json.Unmarshal(rec.Body.Bytes(), &out)
+			if tc.want == http.StatusUnauthorized && (out.ReceiptID != "" || out.Output.Error == nil || out.Output.Error.Details["reason"] != identity.ReasonExpired) {
+				t.Errorf("refusal %s: want reason %q and no receipt", rec.Body, identity.ReasonExpired)
+			}
+		})
 	}
 }
