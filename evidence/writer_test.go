@@ -449,3 +449,63 @@ func TestWriterDrawFailureDrawsNothing(t *testing.T) {
 		t.Errorf("chain decisions = %v; want no %s, allow %s, deny %s", byID, lost.ID, admitted.ID, refused.ID)
 	}
 }
+
+// TestWriterConcurrentDrawsExact: concurrent quota-drawing calls on one
+// SQLite store admit exactly the limit, whatever batches they fall in;
+// a call refused on its second quota draws nothing from its first.
+func TestWriterConcurrentDrawsExact(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := openSQLite(t)
+	w := evidence.NewWriter(st, evidence.WriterOptions{InstanceID: "q"})
+	defer w.Close(ctx)
+	const limit, calls = 7, 64
+	now := time.Now()
+	exec := wire.Quota{Key: "agent/Exec", Limit: limit, WindowS: 3600, Cost: 1}
+	// Every call also draws "agent/all"; the odd ones first ask for a
+	// key whose limit nothing fits, so they are refused and must not draw
+	// agent/all.
+	all := wire.Quota{Key: "agent/all", Limit: 1000, WindowS: 3600, Cost: 1}
+	never := wire.Quota{Key: "agent/never", Limit: 0, WindowS: 3600, Cost: 1}
+	var admitted, refused atomic.Int64
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			qs := []wire.Quota{exec, all}
+			if i%2 == 1 {
+				qs = []wire.Quota{all, never}
+			}
+			d := dec("c")
+			ex, err := w.AppendDrawing(ctx, qs, now, func(*evidence.QuotaExceeded) []evidence.Event {
+				r := d
+				r.Decision = wire.DecisionDeny
+				return []evidence.Event{r}
+			}, d)
+			switch {
+			case err != nil:
+				t.Error(err)
+			case ex == nil:
+				admitted.Add(1)
+			default:
+				refused.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != limit || refused.Load() != calls-limit {
+		t.Fatalf("admitted %d, refused %d; want exactly %d admitted of %d", admitted.Load(), refused.Load(), limit, calls)
+	}
+	for key, want := range map[string]int64{exec.Key: limit, all.Key: limit, never.Key: 0} {
+		usage, err := st.(evidence.ControlStore).QuotaUsage(ctx, key, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var used int64
+		for _, u := range usage {
+			used += u.Used
+		}
+		if used != want {
+			t.Errorf("%s used %d, want %d", key, used, want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"maps"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -74,6 +75,17 @@ func (s *Server) identify(c echo.Context) (wire.Principal, string, error) {
 		return wire.Principal{}, identity.AuthAPIKey, &identity.Failure{Reason: "unknown_key", Message: msg}
 	}
 	if s.opts.ClientCerts != nil && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		// The chain was verified at the handshake; a connection kept
+		// alive outlives that moment, so each request checks the chain's
+		// validity period again.
+		now := s.opts.Now()
+		for _, c := range r.TLS.VerifiedChains[0] {
+			if now.After(c.NotAfter) || now.Before(c.NotBefore) {
+				return wire.Principal{}, identity.AuthMTLS, &identity.Failure{Reason: identity.ReasonExpired,
+					Message: "the client certificate (or its issuer) is outside its validity period (notBefore " + c.NotBefore.UTC().Format(time.RFC3339) +
+						", notAfter " + c.NotAfter.UTC().Format(time.RFC3339) + "); reconnect with a valid one"}
+			}
+		}
 		p, err := s.opts.ClientCerts.Map(r.TLS.VerifiedChains[0][0])
 		return p, identity.AuthMTLS, err
 	}

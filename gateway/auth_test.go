@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/portcullis/portcullis/gateway/identity"
 	"github.com/portcullis/portcullis/tools"
@@ -161,7 +162,7 @@ func TestAuthClientCertificate(t *testing.T) {
 			req.Header.Set("Authorization", authz)
 		}
 		if cn != "" {
-			leaf := &x509.Certificate{Subject: pkix.Name{CommonName: cn}}
+			leaf := &x509.Certificate{Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
 			req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}, VerifiedChains: [][]*x509.Certificate{{leaf}}}
 		}
 		rec := httptest.NewRecorder()

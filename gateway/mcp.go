@@ -10,10 +10,12 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/portcullis/portcullis/gateway/identity"
 	"github.com/portcullis/portcullis/wire"
 )
 
@@ -102,6 +104,14 @@ func (s *Server) mcpGet(c echo.Context) error {
 	// does not hold the shutdown's wait for in-flight requests.
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	// It also ends when the credential that opened it expires (a JWT's
+	// exp, a client certificate's notAfter): authentication is checked
+	// once per request, and a stream is one request that never ends.
+	if until, ok := credentialExpiry(c, p); ok {
+		var cancelAt context.CancelFunc
+		ctx, cancelAt = context.WithDeadline(ctx, until)
+		defer cancelAt()
+	}
 	stop := context.AfterFunc(s.mcp.stopping, cancel)
 	defer stop()
 	c.SetRequest(r.WithContext(ctx))
@@ -124,6 +134,45 @@ func (s *Server) mcpGet(c echo.Context) error {
 			}
 		}()
 	})
+}
+
+// credentialExpiry is when the credential the request authenticated with
+// (its principal p) stops being valid: a JWT's exp claim, or the earliest
+// notAfter of the verified client certificate chain. API keys do not
+// expire (ok false).
+func credentialExpiry(c echo.Context, p wire.Principal) (time.Time, bool) {
+	r := c.Request()
+	method, _ := c.Get(ctxAuthMethod).(string)
+	switch method {
+	case identity.AuthJWT:
+		claims, _ := p.Attributes[identity.AttrClaims].(map[string]any)
+		var secs float64
+		switch v := claims["exp"].(type) {
+		case float64:
+			secs = v
+		case json.Number:
+			f, err := v.Float64()
+			if err != nil {
+				return time.Unix(0, 0), true // unreadable: treat as expired (fail closed)
+			}
+			secs = f
+		default:
+			return time.Unix(0, 0), true // the verifier requires exp; without one, fail closed
+		}
+		return time.Unix(int64(min(max(secs, 0), 1e11)), 0), true
+	case identity.AuthMTLS:
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+			return time.Time{}, false
+		}
+		until := r.TLS.VerifiedChains[0][0].NotAfter
+		for _, c := range r.TLS.VerifiedChains[0][1:] {
+			if c.NotAfter.Before(until) {
+				until = c.NotAfter
+			}
+		}
+		return until, true
+	}
+	return time.Time{}, false
 }
 
 // mcpDelete ends the caller's session.

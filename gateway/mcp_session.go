@@ -39,6 +39,9 @@ type mcpEndpoint struct {
 	servers  map[string]*mcpServer  // by principalKey
 	sessions map[string]*mcpSession // by session id
 
+	pendingByID  map[string]int // initializes under way, by principal id
+	pendingTotal int            // initializes under way
+
 	// requests are the requests being served, by the token the edge puts
 	// in headerMCPRequest (mcpServe).
 	requests sync.Map
@@ -81,7 +84,7 @@ type mcpRequest struct {
 }
 
 func newMCPEndpoint(now func() time.Time) *mcpEndpoint {
-	m := &mcpEndpoint{now: now, servers: map[string]*mcpServer{}, sessions: map[string]*mcpSession{}}
+	m := &mcpEndpoint{now: now, servers: map[string]*mcpServer{}, sessions: map[string]*mcpSession{}, pendingByID: map[string]int{}}
 	m.stopping, m.stop = context.WithCancel(context.Background())
 	return m
 }
@@ -124,30 +127,38 @@ func mcpServerOf(ctx context.Context) *mcpServer {
 
 // admit makes room for a new session of p and returns p's server, marked
 // as having an initialize under way (release it with admitted). A
-// principal holding too many sessions loses its least recently used one,
-// so one agent cannot evict another's; the table as a whole is bounded
-// too.
+// principal (by id: every credential of it together) holding too many
+// sessions loses its least recently used ones, so one agent cannot evict
+// another's; the table as a whole is bounded too. Initializes under way
+// count against both bounds, so a burst of concurrent initializes cannot
+// open more sessions than either allows.
 func (m *mcpEndpoint) admit(s *Server, p wire.Principal) (*mcpServer, bool) {
 	key := principalKey(p)
 	m.mu.Lock()
 	var mine []*mcpSession
 	for _, sess := range m.sessions {
-		if sess.server.key == key {
+		if sess.server.p.ID == p.ID {
 			mine = append(mine, sess)
 		}
 	}
-	var evict *mcpSession
-	if len(mine) >= mcpSessionsPerIdentity {
-		evict = mine[0]
-		for _, sess := range mine[1:] {
-			if sess.lastUsed.Before(evict.lastUsed) {
-				evict = sess
-			}
+	var evict []*mcpSession
+	if over := len(mine) + m.pendingByID[p.ID] - mcpSessionsPerIdentity + 1; over > 0 {
+		if over > len(mine) {
+			// Only initializes under way fill the quota: refuse this one.
+			m.mu.Unlock()
+			return nil, false
 		}
-		m.dropLocked(evict.id)
+		slices.SortFunc(mine, func(a, b *mcpSession) int { return a.lastUsed.Compare(b.lastUsed) })
+		evict = mine[:over]
+		for _, sess := range evict {
+			m.dropLocked(sess.id)
+		}
 	}
-	if len(m.sessions) >= mcpSessionsMax {
+	if len(m.sessions)+m.pendingTotal >= mcpSessionsMax {
 		m.mu.Unlock()
+		for _, sess := range evict {
+			_ = sess.ss.Close()
+		}
 		return nil, false
 	}
 	ps := m.servers[key]
@@ -156,9 +167,11 @@ func (m *mcpEndpoint) admit(s *Server, p wire.Principal) (*mcpServer, bool) {
 		m.servers[key] = ps
 	}
 	ps.pending++
+	m.pendingByID[p.ID]++
+	m.pendingTotal++
 	m.mu.Unlock()
-	if evict != nil {
-		_ = evict.ss.Close()
+	for _, sess := range evict {
+		_ = sess.ss.Close()
 	}
 	return ps, true
 }
@@ -168,6 +181,10 @@ func (m *mcpEndpoint) admitted(ps *mcpServer) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ps.pending--
+	m.pendingTotal--
+	if m.pendingByID[ps.p.ID]--; m.pendingByID[ps.p.ID] <= 0 {
+		delete(m.pendingByID, ps.p.ID)
+	}
 	m.gcLocked(ps)
 }
 
