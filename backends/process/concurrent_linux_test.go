@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestRunConcurrentOutputs: many runs at once each get exactly their own
@@ -28,5 +29,20 @@ func TestRunConcurrentOutputs(t *testing.T) {
 			})
 		}
 		wg.Wait()
+	}
+}
+
+// TestRunCanceledBeforeHelperReports: a run stopped before its helper got
+// to report ran nothing and ends canceled, not as a helper refusal.
+func TestRunCanceledBeforeHelperReports(t *testing.T) {
+	t.Parallel()
+	r := New(Options{})
+	for i := range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		res, err := r.Run(ctx, spec("/bin/sleep", "30"))
+		cancel()
+		if err != nil || !res.Canceled {
+			t.Fatalf("run %d: %+v %v, want a canceled result and no error", i, res, err)
+		}
 	}
 }

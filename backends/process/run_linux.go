@@ -123,7 +123,10 @@ func (r *Runner) RunLaunch(ctx context.Context, spec sandbox.Spec, l Launch) (sa
 
 	if l.Direct {
 		// No helper, no status: nothing else holds statW.
-	} else if msg := readStatus(statR); msg != "" {
+	} else if msg := readStatus(statR); msg == helperSilent && (res.Canceled || res.TimedOut) {
+		// Stopped before the helper got to report: the program never ran,
+		// and the run ends as what stopped it, not as a refusal.
+	} else if msg != "" {
 		r.log.ErrorContext(ctx, "process: helper refused to run the program", "argv0", spec.Argv[0], "reason", msg)
 		return sandbox.Result{}, fmt.Errorf("process: helper refused to start %s: %s", spec.Argv[0], msg)
 	}
@@ -646,8 +649,11 @@ func drainHeld(r *os.File, buf *OutputBuffer, p []byte) {
 // readStatus returns the helper's refusal, or "" when it set the limits and
 // exec'd the target.
 func readStatus(f *os.File) string {
-	return ReadHelperStatus(f, "the helper exited without reporting (does the helper binary call MaybeRunHelper?)")
+	return ReadHelperStatus(f, helperSilent)
 }
+
+// helperSilent is readStatus's answer when the helper reported nothing.
+const helperSilent = "the helper exited without reporting (does the helper binary call MaybeRunHelper?)"
 
 // pipeSet owns the pipe ends of one run and closes each exactly once.
 type pipeSet struct {
