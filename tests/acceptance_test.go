@@ -322,9 +322,7 @@ func testFSDenied(t *testing.T, g *gateway) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(prog, b, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		writeExecutable(t, prog, b)
 		res := g.call(t, d.keys[agentNarrow], execCall(map[string]any{"argv": []string{prog, "inside"}}, "", ""))
 		wantStatus(t, res, http.StatusOK, "")
 		if x := res.exec(t); x.Stdout != "inside\n" {

@@ -411,9 +411,7 @@ func plantGit(t *testing.T, dir string) {
 	gitHost(t, dir, "init", "-q", ".")
 	gitHost(t, dir, "add", "a.txt")
 	signer := filepath.Join(dir, ".signer.sh")
-	if err := os.WriteFile(signer, []byte("#!/bin/sh\necho '[GNUPG:] SIG_CREATED D 1 8 00 1 X' >&2\nprintf -- '-----BEGIN PGP SIGNATURE-----\\n\\nabc\\n-----END PGP SIGNATURE-----\\n'\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	writeExecutable(t, signer, []byte("#!/bin/sh\necho '[GNUPG:] SIG_CREATED D 1 8 00 1 X' >&2\nprintf -- '-----BEGIN PGP SIGNATURE-----\\n\\nabc\\n-----END PGP SIGNATURE-----\\n'\n"))
 	gitHost(t, dir, "-c", "gpg.program="+signer, "commit", "-S", "-qm", "signed")
 	if err := os.Remove(signer); err != nil {
 		t.Fatal(err)

@@ -311,6 +311,19 @@ func writeFile(t testing.TB, path string, b []byte) {
 	}
 }
 
+// writeExecutable writes a program this test process will have run on the
+// host soon after (by git, say). It is written by a child process: a write
+// descriptor held here could be inherited by a child another parallel test
+// is forking at that moment, and the exec would then fail ETXTBSY.
+func writeExecutable(t testing.TB, path string, b []byte) {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", `cat > "$1" && chmod 755 "$1"`, "sh", path)
+	cmd.Stdin = bytes.NewReader(b)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("writing %s: %v: %s", path, err, out)
+	}
+}
+
 func writeJSON(t testing.TB, path string, v any) {
 	t.Helper()
 	b, err := json.MarshalIndent(v, "", "  ")

@@ -188,9 +188,7 @@ func TestSecProcessBackendSameUser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(bin, name), b, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		writeExecutable(t, filepath.Join(bin, name), b)
 	}
 	if err := os.Chmod(bin, 0o755); err != nil {
 		t.Fatal(err)
