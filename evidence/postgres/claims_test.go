@@ -7,8 +7,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/portcullis/portcullis/evidence/postgres"
 )
 
 // TestRunClaims: an approved call's run claim is held by one process at a
@@ -17,16 +15,8 @@ func TestRunClaims(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := freshDatabase(t)
-	a, err := postgres.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := postgres.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a := openURL(t, dbURL)
+	b := openURL(t, dbURL)
 	id := uuid.New()
 	relA, ok, err := a.ClaimRun(ctx, id)
 	if err != nil || !ok {
