@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,14 +24,7 @@ func slowTouchCall(file string) map[string]any {
 
 func startedCount(t *testing.T, file string) int {
 	t.Helper()
-	b, err := os.ReadFile(file)
-	if os.IsNotExist(err) {
-		return 0
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Count(string(b), "started\n")
+	return lineCount(t, file, "started")
 }
 
 // approveAndKill parks a slow call on g, approves it there (the approving

@@ -69,6 +69,13 @@ func touchCall(file string) map[string]any {
 
 func ranCount(t *testing.T, file string) int {
 	t.Helper()
+	return lineCount(t, file, "ran")
+}
+
+// lineCount counts how often line, ended by a newline, stands in file (0
+// when file does not exist yet).
+func lineCount(t *testing.T, file, line string) int {
+	t.Helper()
 	b, err := os.ReadFile(file)
 	if os.IsNotExist(err) {
 		return 0
@@ -76,7 +83,7 @@ func ranCount(t *testing.T, file string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Count(string(b), "ran\n")
+	return strings.Count(string(b), line+"\n")
 }
 
 // park makes a call that must be parked and returns its answer.

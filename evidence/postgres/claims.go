@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/portcullis/portcullis/evidence"
 )
@@ -57,17 +56,9 @@ var _ evidence.RunLister = (*Store)(nil)
 // UnansweredRuns lists approved parked calls without an answer, oldest
 // approval first.
 func (s *Store) UnansweredRuns(ctx context.Context, limit int) ([]uuid.UUID, error) {
-	rows, err := s.q.Query(ctx, "SELECT id FROM portcullis_approvals WHERE status = 'approved' AND response IS NULL ORDER BY decided_at, id LIMIT $1", limit)
+	ids, err := s.queryIDs(ctx, "SELECT id FROM portcullis_approvals WHERE status = 'approved' AND response IS NULL ORDER BY decided_at, id LIMIT $1", limit)
 	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: unanswered runs: %w", classify(err))
-	}
-	ids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (uuid.UUID, error) {
-		var id pgtype.UUID
-		err := r.Scan(&id)
-		return id.Bytes, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: unanswered runs: %w", classify(err))
+		return nil, fmt.Errorf("evidence/postgres: unanswered runs: %w", err)
 	}
 	return ids, nil
 }

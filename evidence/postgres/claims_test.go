@@ -2,17 +2,11 @@ package postgres_test
 
 import (
 	"context"
-	"encoding/json"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/portcullis/portcullis/evidence"
-	"github.com/portcullis/portcullis/evidence/postgres"
-	"github.com/portcullis/portcullis/wire"
 )
 
 // TestRunClaims: an approved call's run claim is held by one process at a
@@ -21,16 +15,8 @@ func TestRunClaims(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := freshDatabase(t)
-	a, err := postgres.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := postgres.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a := openURL(t, dbURL)
+	b := openURL(t, dbURL)
 	id := uuid.New()
 	relA, ok, err := a.ClaimRun(ctx, id)
 	if err != nil || !ok {
@@ -73,40 +59,5 @@ func TestRunClaims(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the claim of a dead session was never freed")
 		}
-	}
-}
-
-// TestUnansweredRuns lists approved calls without an answer, and only
-// those.
-func TestUnansweredRuns(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := open(t)
-	now := time.Now().UTC()
-	park := func() evidence.ParkedCall {
-		in := json.RawMessage(`{"argv":["/usr/bin/true"]}`)
-		p := evidence.ParkedCall{ID: uuid.New(), ReceiptID: uuid.New(), Status: wire.ApprovalPending,
-			Principal: wire.Principal{ID: "agent", Roles: []string{"agent"}, Attributes: map[string]any{}}, Tool: "Exec",
-			Input: in, ArgsSHA256: evidence.ArgsDigest(in), Args: in, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
-		if err := s.ParkCall(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	settle := func(p evidence.ParkedCall, from, to string, resp json.RawMessage) {
-		if _, err := s.SettleParked(ctx, evidence.Settle{ID: p.ID, From: from, To: to, By: "approver", At: now, Response: resp}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pending, running, answered := park(), park(), park()
-	settle(running, wire.ApprovalPending, wire.ApprovalApproved, nil)
-	settle(answered, wire.ApprovalPending, wire.ApprovalApproved, nil)
-	settle(answered, wire.ApprovalApproved, wire.ApprovalApproved, json.RawMessage(`{"status":200}`))
-	ids, err := s.UnansweredRuns(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(ids, []uuid.UUID{running.ID}) {
-		t.Fatalf("UnansweredRuns = %v, want only %s (not pending %s nor answered %s)", ids, running.ID, pending.ID, answered.ID)
 	}
 }

@@ -308,17 +308,9 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 
 // ExpiredParked lists pending calls whose expiry has passed.
 func (s *Store) ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error) {
-	rows, err := s.q.Query(ctx, sqlExpiredParked, now, limit)
+	ids, err := s.queryIDs(ctx, sqlExpiredParked, now, limit)
 	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: expired approvals: %w", classify(err))
-	}
-	ids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (uuid.UUID, error) {
-		var id pgtype.UUID
-		err := r.Scan(&id)
-		return id.Bytes, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: expired approvals: %w", classify(err))
+		return nil, fmt.Errorf("evidence/postgres: expired approvals: %w", err)
 	}
 	return ids, nil
 }

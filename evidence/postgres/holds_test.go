@@ -24,11 +24,7 @@ func TestAppRoleLegalHolds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := freshDatabase(t)
-	owner, err := postgres.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer owner.Close()
+	owner := openURL(t, dbURL)
 	appURL := appRole(t, dbURL)
 	if err := owner.RawExec(ctx, "DROP TRIGGER evidence_events_append_only ON evidence_events"); err != nil {
 		t.Fatal(err)

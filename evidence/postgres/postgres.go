@@ -488,9 +488,19 @@ func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptLi
 
 // PendingDecisions lists the instance's allow decisions without outcome.
 func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
-	rows, err := s.q.Query(ctx, sqlPendingDecisions, instanceID)
+	ids, err := s.queryIDs(ctx, sqlPendingDecisions, instanceID)
 	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: pending decisions: %w", classify(err))
+		return nil, fmt.Errorf("evidence/postgres: pending decisions: %w", err)
+	}
+	return ids, nil
+}
+
+// queryIDs runs q, whose one column is a uuid, and collects the ids: the
+// row loop of the id listings. Its error is classified, not yet wrapped.
+func (s *Store) queryIDs(ctx context.Context, q string, args ...any) ([]uuid.UUID, error) {
+	rows, err := s.q.Query(ctx, q, args...)
+	if err != nil {
+		return nil, classify(err)
 	}
 	ids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (uuid.UUID, error) {
 		var id pgtype.UUID
@@ -498,7 +508,7 @@ func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid
 		return id.Bytes, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: pending decisions: %w", classify(err))
+		return nil, classify(err)
 	}
 	return ids, nil
 }

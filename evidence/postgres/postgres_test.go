@@ -75,7 +75,13 @@ func freshDatabase(t testing.TB) string {
 
 func open(t testing.TB) *postgres.Store {
 	t.Helper()
-	s, err := postgres.Open(context.Background(), freshDatabase(t))
+	return openURL(t, freshDatabase(t))
+}
+
+// openURL opens a store on dbURL, closed when the test ends.
+func openURL(t testing.TB, dbURL string) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), dbURL)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -158,11 +164,7 @@ func TestSchemaGuards(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := freshDatabase(t)
-	s, err := postgres.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openURL(t, dbURL)
 	now := time.Now().UTC()
 	next := time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC)
 	conn, err := pgx.Connect(ctx, dbURL)
@@ -223,11 +225,7 @@ func TestWriterSurvivesOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := freshDatabase(t)
-	s, err := postgres.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openURL(t, dbURL)
 	w := evidence.NewWriter(s, evidence.WriterOptions{InstanceID: "outage"})
 	defer w.Close(ctx)
 	appendOne := func() error {

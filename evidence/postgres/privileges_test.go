@@ -73,11 +73,7 @@ func TestAppRoleLeastPrivilege(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := freshDatabase(t)
-	owner, err := postgres.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer owner.Close()
+	owner := openURL(t, dbURL)
 	appURL := appRole(t, dbURL)
 	// Independent of the triggers: remove every one of them.
 	for _, stmt := range []string{

@@ -87,11 +87,7 @@ func TestOpenReadOnly(t *testing.T) {
 	t.Run("snapshot-and-writes", func(t *testing.T) {
 		t.Parallel()
 		db := freshDatabase(t)
-		w, err := postgres.Open(ctx, db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
+		w := openURL(t, db)
 		wr := evidence.NewWriter(w, evidence.WriterOptions{InstanceID: "ro"})
 		defer wr.Close(ctx)
 		d := evidence.Event{ID: uuid.Must(uuid.NewV7()), Kind: evidence.KindDecision, Decision: wire.DecisionAllow}

@@ -304,22 +304,9 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 
 // ExpiredParked lists pending calls whose expiry has passed.
 func (s *Store) ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error) {
-	rows, err := s.q.QueryContext(ctx, evidence.SQLExpiredParked, now.UnixMicro(), limit)
+	ids, err := queryAll(ctx, s.q, evidence.SQLExpiredParked, []any{now.UnixMicro(), limit}, scanID)
 	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: expired approvals: %w", classify(err))
+		return nil, fmt.Errorf("evidence/sqlite: expired approvals: %w", err)
 	}
-	defer rows.Close()
-	var out []uuid.UUID
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, classify(err)
-		}
-		u, err := uuid.Parse(id)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, u)
-	}
-	return out, classify(rows.Err())
+	return ids, nil
 }

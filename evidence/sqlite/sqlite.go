@@ -438,25 +438,9 @@ func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptLi
 
 // PendingDecisions lists the instance's allow decisions without outcome.
 func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
-	rows, err := s.q.QueryContext(ctx, evidence.SQLPendingDecisions, instanceID)
+	ids, err := queryAll(ctx, s.q, evidence.SQLPendingDecisions, []any{instanceID}, scanID)
 	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: pending decisions: %w", classify(err))
-	}
-	defer rows.Close()
-	var ids []uuid.UUID
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, fmt.Errorf("evidence/sqlite: pending decisions: %w", classify(err))
-		}
-		id, err := uuid.Parse(s)
-		if err != nil {
-			return nil, fmt.Errorf("evidence/sqlite: stored id %q: %w", s, err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: pending decisions: %w", classify(err))
+		return nil, fmt.Errorf("evidence/sqlite: pending decisions: %w", err)
 	}
 	return ids, nil
 }

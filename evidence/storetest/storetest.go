@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) evidence.Store) {
 		{"QuotaExact", testQuotaExact},
 		{"QuotaInDecisionCommit", testQuotaInDecisionCommit},
 		{"ParkedExactlyOnce", testParkedExactlyOnce},
+		{"UnansweredRuns", testUnansweredRuns},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

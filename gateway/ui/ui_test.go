@@ -69,11 +69,11 @@ func TestEmbeddedAssets(t *testing.T) {
 	h := New()
 	names := h.Names()
 	slices.Sort(names)
-	if want := []string{"app.css", "app.js", "approvals.html", "approvals.js", "icon.svg", "index.html", "upstreams.html", "upstreams.js"}; !slices.Equal(names, want) {
+	if want := []string{"app.css", "app.js", "approvals.html", "approvals.js", "common.js", "icon.svg", "index.html", "upstreams.html", "upstreams.js"}; !slices.Equal(names, want) {
 		t.Fatalf("embedded assets = %v, want %v", names, want)
 	}
 	wantType := map[string]string{"index.html": "text/html", "app.js": "text/javascript", "app.css": "text/css", "icon.svg": "image/svg+xml",
-		"approvals.html": "text/html", "approvals.js": "text/javascript", "upstreams.html": "text/html", "upstreams.js": "text/javascript"}
+		"approvals.html": "text/html", "approvals.js": "text/javascript", "upstreams.html": "text/html", "upstreams.js": "text/javascript", "common.js": "text/javascript"}
 	for _, n := range names {
 		target := Prefix + "/" + n
 		resp := get(t, h, http.MethodGet, target, nil)

@@ -100,26 +100,14 @@ func (rep *Report) goals() []Goal {
 	// P1: decision throughput, gateway vs OPA, trivial policy, c=16.
 	g := Goal{ID: "P1", Measure: "decision-only decisions/s, gateway `POST /v1/decisions` vs `opa run --server`, trivial policy, c=16",
 		Target: fmt.Sprintf("≥ %.1f× OPA", goalP1)}
-	if gw, opa := rep.find("decision", "gateway/trivial", c16), rep.find("decision", "opa/trivial", c16); gw != nil && opa != nil && opa.Throughput > 0 {
-		g.Value, g.Anchor = rate(gw), "opa/trivial "+rate(opa)
-		g.Result = gw.Throughput / opa.Throughput
-		g.Met, g.Fraction = g.Result >= goalP1, g.Result/goalP1
-	} else {
-		g = missing(g, "decision gateway/trivial or opa/trivial at c=16")
-	}
-	out = append(out, g)
+	out = append(out, ratioGoal(g, rep.find("decision", "gateway/trivial", c16), rep.find("decision", "opa/trivial", c16), "opa/trivial", goalP1,
+		"decision gateway/trivial or opa/trivial at c=16"))
 
 	// P1b: shipped library vs trivial policy, both through the gateway.
 	g = Goal{ID: "P1b", Measure: "shipped policy library: gateway decisions/s vs the trivial policy, c=16",
 		Target: fmt.Sprintf("≥ %.1f× trivial", goalP1b)}
-	if sh, tr := rep.find("decision", "gateway/shipped", c16), rep.find("decision", "gateway/trivial", c16); sh != nil && tr != nil && tr.Throughput > 0 {
-		g.Value, g.Anchor = rate(sh), "gateway/trivial "+rate(tr)
-		g.Result = sh.Throughput / tr.Throughput
-		g.Met, g.Fraction = g.Result >= goalP1b, g.Result/goalP1b
-	} else {
-		g = missing(g, "decision gateway/shipped or gateway/trivial at c=16")
-	}
-	out = append(out, g)
+	out = append(out, ratioGoal(g, rep.find("decision", "gateway/shipped", c16), rep.find("decision", "gateway/trivial", c16), "gateway/trivial", goalP1b,
+		"decision gateway/shipped or gateway/trivial at c=16"))
 
 	// P2: governed fs.read with durable evidence, each store, best closed loop.
 	g = Goal{ID: "P2", Measure: "governed fs.read, durable chained evidence, best closed loop: PostgreSQL and SQLite",
@@ -191,6 +179,20 @@ func (rep *Report) goals() []Goal {
 	}
 	out = append(out, g)
 	return out
+}
+
+// ratioGoal fills g with a throughput ratio goal: r's throughput over the
+// anchor's (named anchorName), met at goal or more; missing says what was
+// not measured when either result is absent.
+func ratioGoal(g Goal, r, anchor *Result, anchorName string, goal float64, missing string) Goal {
+	if r == nil || anchor == nil || anchor.Throughput <= 0 {
+		g.Missing = missing + " not measured in this run"
+		return g
+	}
+	g.Value, g.Anchor = rate(r), anchorName+" "+rate(anchor)
+	g.Result = r.Throughput / anchor.Throughput
+	g.Met, g.Fraction = g.Result >= goal, g.Result/goal
+	return g
 }
 
 func rate(r *Result) string { return fmtNum(r.Throughput) + " " + r.Unit }

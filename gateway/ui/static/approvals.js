@@ -6,37 +6,7 @@
 // sessionStorage under its own name, apart from the explorer's auditor key.
 'use strict';
 (function () {
-  const KEY = 'portcullis.approver-key';
-  const $ = (id) => document.getElementById(id);
-  const getKey = () => { try { return window.sessionStorage.getItem(KEY) || ''; } catch (e) { return ''; } };
-  const setKey = (k) => { try { if (k) window.sessionStorage.setItem(KEY, k); else window.sessionStorage.removeItem(KEY); } catch (e) { /* memory only */ } };
-
-  async function api(method, path, body) {
-    const headers = { Authorization: 'Bearer ' + getKey(), Accept: 'application/json' };
-    if (body) headers['Content-Type'] = 'application/json';
-    const resp = await fetch(path, { method, headers, body: body ? JSON.stringify(body) : undefined, credentials: 'omit', cache: 'no-store' });
-    let data = null;
-    try { data = await resp.json(); } catch (e) { /* not JSON */ }
-    if (!resp.ok) {
-      const msg = data && data.error ? data.error.code + ': ' + data.error.message : 'HTTP ' + resp.status;
-      const err = new Error(msg);
-      err.status = resp.status;
-      throw err;
-    }
-    return data;
-  }
-
-  function cell(text, cls) {
-    const td = document.createElement('td');
-    td.textContent = text;
-    if (cls) td.className = cls;
-    return td;
-  }
-
-  function showError(msg) {
-    $('error').textContent = msg;
-    $('error').hidden = !msg;
-  }
+  const { $, api, cell, showError, loadFailed, start } = window.portcullisPage('portcullis.approver-key');
 
   function decisionCell(a) {
     const td = document.createElement('td');
@@ -71,8 +41,7 @@
     try {
       list = await api('GET', '/v1/approvals?status=pending');
     } catch (e) {
-      if (e.status === 401 || e.status === 403) { setKey(''); show(); $('login-error').textContent = e.message; $('login-error').hidden = false; return; }
-      showError(e.message);
+      loadFailed(e);
       return;
     }
     const rows = $('rows');
@@ -86,25 +55,6 @@
     if (!$('summary').textContent) $('summary').textContent = list.approvals.length + ' pending';
   }
 
-  function show() {
-    const signedIn = !!getKey();
-    $('login').hidden = signedIn;
-    $('view').hidden = !signedIn;
-    $('session').hidden = !signedIn;
-    if (signedIn) load();
-  }
-
-  document.addEventListener('DOMContentLoaded', () => {
-    $('login-form').addEventListener('submit', (ev) => {
-      ev.preventDefault();
-      setKey($('api-key').value.trim());
-      $('api-key').value = '';
-      $('login-error').hidden = true;
-      show();
-    });
-    $('logout').addEventListener('click', () => { setKey(''); show(); });
-    show();
-    // Refresh, but never under a reason being typed.
-    setInterval(() => { if (getKey() && !(document.activeElement && document.activeElement.tagName === 'INPUT')) load(); }, 5000);
-  });
+  // Refresh, but never under a reason being typed.
+  start(load, () => !(document.activeElement && document.activeElement.tagName === 'INPUT'));
 })();

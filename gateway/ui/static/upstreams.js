@@ -7,37 +7,7 @@
 // in this tab's sessionStorage under its own name.
 'use strict';
 (function () {
-  const KEY = 'portcullis.admin-key';
-  const $ = (id) => document.getElementById(id);
-  const getKey = () => { try { return window.sessionStorage.getItem(KEY) || ''; } catch (e) { return ''; } };
-  const setKey = (k) => { try { if (k) window.sessionStorage.setItem(KEY, k); else window.sessionStorage.removeItem(KEY); } catch (e) { /* memory only */ } };
-
-  async function api(method, path, body) {
-    const headers = { Authorization: 'Bearer ' + getKey(), Accept: 'application/json' };
-    if (body) headers['Content-Type'] = 'application/json';
-    const resp = await fetch(path, { method, headers, body: body ? JSON.stringify(body) : undefined, credentials: 'omit', cache: 'no-store' });
-    let data = null;
-    try { data = await resp.json(); } catch (e) { /* not JSON */ }
-    if (!resp.ok) {
-      const msg = data && data.error ? data.error.code + ': ' + data.error.message : 'HTTP ' + resp.status;
-      const err = new Error(msg);
-      err.status = resp.status;
-      throw err;
-    }
-    return data;
-  }
-
-  function cell(text, cls) {
-    const td = document.createElement('td');
-    td.textContent = text === undefined || text === null ? '' : String(text);
-    if (cls) td.className = cls;
-    return td;
-  }
-
-  function showError(msg) {
-    $('error').textContent = msg;
-    $('error').hidden = !msg;
-  }
+  const { $, api, cell, showError, loadFailed, start } = window.portcullisPage('portcullis.admin-key');
 
   // ownName is the upstream's own name of a tool listed as "<upstream>.<tool>".
   function ownName(upstream, tool) {
@@ -82,8 +52,7 @@
     try {
       list = await api('GET', '/v1/upstreams');
     } catch (e) {
-      if (e.status === 401 || e.status === 403) { setKey(''); show(); $('login-error').textContent = e.message; $('login-error').hidden = false; return; }
-      showError(e.message);
+      loadFailed(e);
       return;
     }
     const servers = $('servers');
@@ -117,24 +86,5 @@
     }
   }
 
-  function show() {
-    const signedIn = !!getKey();
-    $('login').hidden = signedIn;
-    $('view').hidden = !signedIn;
-    $('session').hidden = !signedIn;
-    if (signedIn) load();
-  }
-
-  document.addEventListener('DOMContentLoaded', () => {
-    $('login-form').addEventListener('submit', (ev) => {
-      ev.preventDefault();
-      setKey($('api-key').value.trim());
-      $('api-key').value = '';
-      $('login-error').hidden = true;
-      show();
-    });
-    $('logout').addEventListener('click', () => { setKey(''); show(); });
-    show();
-    setInterval(() => { if (getKey()) load(); }, 5000);
-  });
+  start(load);
 })();

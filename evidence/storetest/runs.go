@@ -1,7 +1,6 @@
-package sqlite_test
+package storetest
 
 import (
-	"context"
 	"encoding/json"
 	"slices"
 	"testing"
@@ -13,25 +12,28 @@ import (
 	"github.com/portcullis/portcullis/wire"
 )
 
-// TestUnansweredRuns lists approved calls without an answer, and only
-// those (as the PostgreSQL store's test does).
-func TestUnansweredRuns(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := open(t)
+// testUnansweredRuns lists approved calls without an answer, and only
+// those: not a pending call, nor an approved one already answered.
+func testUnansweredRuns(t *testing.T, s evidence.Store) {
+	ctx := ctxFor(t)
+	c := controls(t, s)
+	runs, ok := s.(evidence.RunLister)
+	if !ok {
+		t.Fatalf("%T is not an evidence.RunLister", s)
+	}
 	now := time.Now().UTC()
 	park := func() evidence.ParkedCall {
 		in := json.RawMessage(`{"argv":["/usr/bin/true"]}`)
 		p := evidence.ParkedCall{ID: uuid.New(), ReceiptID: uuid.New(), Status: wire.ApprovalPending,
 			Principal: wire.Principal{ID: "agent", Roles: []string{"agent"}, Attributes: map[string]any{}}, Tool: "Exec",
 			Input: in, ArgsSHA256: evidence.ArgsDigest(in), Args: in, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
-		if err := s.ParkCall(ctx, p); err != nil {
+		if err := c.ParkCall(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
 	settle := func(p evidence.ParkedCall, from, to string, resp json.RawMessage) {
-		if _, err := s.SettleParked(ctx, evidence.Settle{ID: p.ID, From: from, To: to, By: "approver", At: now, Response: resp}); err != nil {
+		if _, err := c.SettleParked(ctx, evidence.Settle{ID: p.ID, From: from, To: to, By: "approver", At: now, Response: resp}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -39,7 +41,7 @@ func TestUnansweredRuns(t *testing.T) {
 	settle(running, wire.ApprovalPending, wire.ApprovalApproved, nil)
 	settle(answered, wire.ApprovalPending, wire.ApprovalApproved, nil)
 	settle(answered, wire.ApprovalApproved, wire.ApprovalApproved, json.RawMessage(`{"status":200}`))
-	ids, err := s.UnansweredRuns(ctx, 10)
+	ids, err := runs.UnansweredRuns(ctx, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
