@@ -34,6 +34,8 @@ type benchEnv struct {
 	trivialBundle string // one constant allow rule
 	fsDir         string // real path of the directory holding f.txt
 	fsFile        string // the 4 KB file
+	projectDir    string // the P3 project tree (project.go), once made
+	execBundleDir string // shippedBundle plus the project grant on Exec, once made
 
 	key       string // the bench principal's API key
 	databases []string

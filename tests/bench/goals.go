@@ -125,7 +125,7 @@ func (rep *Report) goals() []Goal {
 	out = append(out, g)
 
 	// P3: Exec /bin/true p50, gateway on bwrap vs bare bwrap, c=16.
-	g = Goal{ID: "P3", Measure: "Exec `/usr/bin/true` p50, gateway + bwrap vs bare bwrap, c=16 (the bench grant, not the issue's 20k-file tree)",
+	g = Goal{ID: "P3", Measure: "Exec `/usr/bin/true` p50, gateway + bwrap vs bare bwrap, c=16, rw grant of a project of 20k files in 2k dirs, bare bwrap with the same mounts",
 		Target: fmt.Sprintf("≤ %.2f× bare bwrap", goalP3)}
 	if gw, bare := rep.find("exec", "gateway/bwrap", c16), rep.find("exec", "bare-bwrap", c16); gw != nil && bare != nil && bare.P50ms > 0 {
 		g.Value, g.Anchor = fmtMs(gw.P50ms)+" ms", "bare-bwrap "+fmtMs(bare.P50ms)+" ms"

@@ -274,14 +274,20 @@ func countLines(path, substr string) (int, error) {
 }
 
 // execScenario: Exec /bin/true through the gateway on the process and
-// bwrap backends, vs bare bwrap, vs a plain fork/exec.
+// bwrap backends, vs bare bwrap with the same mounts, vs a plain
+// fork/exec. The agent's Exec holds a read-write grant of a project tree
+// of projectFiles files in projectDirs directories (issue 17's P3).
 func (r *runner) execScenario(ctx context.Context) error {
 	const scenario = "exec"
 	body := []byte(`{"tool":"Exec","input":{"argv":["/usr/bin/true"]}}`)
+	bundle, err := r.env.execBundle()
+	if err != nil {
+		return fmt.Errorf("exec: %w", err)
+	}
 	var errs []error
 	for _, backend := range []string{"process", "bwrap"} {
 		err := r.withServer(ctx, func(ctx context.Context) (*server, error) {
-			return r.env.startGateway(ctx, gatewayOptions{name: "exec-" + backend, backend: backend, bundle: r.env.shippedBundle})
+			return r.env.startGateway(ctx, gatewayOptions{name: "exec-" + backend, backend: backend, bundle: bundle})
 		}, func(s *server) error {
 			c := r.client()
 			url := s.baseURL + "/v1/tool-calls"
@@ -292,13 +298,12 @@ func (r *runner) execScenario(ctx context.Context) error {
 			return r.measure(ctx, scenario, system{
 				name: "gateway/" + backend, unit: "calls/s", op: httpPost(c, url, body, h),
 				pid: s.pid(), cpuScope: "gateway process + its children", inflight: r.cfg.execInflight,
-				note: "POST /v1/tool-calls Exec /usr/bin/true, shipped policy, embedded store",
+				note: fmt.Sprintf("POST /v1/tool-calls Exec /usr/bin/true, shipped policy + rw grant of a %d-file, %d-dir project, embedded store", projectFiles, projectDirs),
 			})
 		})
 		errs = append(errs, err)
 	}
-	bwrapArgs := []string{"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all",
-		"--new-session", "--die-with-parent", "/bin/true"}
+	bwrapArgs := bareBwrapArgs(r.env.projectDir)
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		errs = append(errs, fmt.Errorf("bare bwrap: %w", err))
 	} else if out, err := exec.CommandContext(ctx, "bwrap", bwrapArgs...).CombinedOutput(); err != nil {

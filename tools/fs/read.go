@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/portcullis/portcullis/tools/internal/strictjson"
@@ -100,16 +102,18 @@ func (op *readOp) run(ctx context.Context, c *call) (any, error) {
 
 	h := sha256.New()
 	lr := &io.LimitedReader{R: f, N: c.limits.readFileBytes + 1}
-	br := bufio.NewReaderSize(io.TeeReader(lr, h), int(max(binarySniffBytes, min(64<<10, fi.Size+1))))
+	br := getReader(io.TeeReader(lr, h), fi.Size)
+	defer putReader(br)
 	d := &ReadData{Path: display(t, ""), StartLine: op.start}
 	head, _ := br.Peek(binarySniffBytes)
 	d.Binary = isBinary(head, len(head) < binarySniffBytes)
 
 	// Sized for the usual case (the whole file, within the read limit) so
-	// appending does not regrow it line by line.
-	var content []byte
+	// appending does not regrow it line by line; a Builder, so that the
+	// content becomes the answer's string without another copy.
+	var content strings.Builder
 	if !d.Binary {
-		content = make([]byte, 0, min(fi.Size, int64(c.limits.readBytes)))
+		content.Grow(int(min(fi.Size, int64(c.limits.readBytes))))
 	}
 	line, done := 1, false // line: number of the line being read
 	atLineStart := true
@@ -124,16 +128,16 @@ func (op *readOp) run(ctx context.Context, c *call) (any, error) {
 			}
 			inRange := line >= op.start && (op.end == 0 || line <= op.end)
 			if inRange && !done && !d.Binary {
-				room := c.limits.readBytes - len(content)
+				room := c.limits.readBytes - content.Len()
 				switch {
 				case len(chunk) <= room:
-					content = append(content, chunk...)
+					content.Write(chunk)
 					d.EndLine = line
-				case len(content) == 0 || !atLineStart:
+				case content.Len() == 0 || !atLineStart:
 					// A single line longer than the limit: return its
 					// first bytes, cut on a character boundary.
 					cut := validPrefix(chunk[:room])
-					content = append(content, cut...)
+					content.Write(cut)
 					d.EndLine = line
 					d.Truncated, done = true, true
 					d.NextStartLine = line + 1
@@ -169,15 +173,43 @@ func (op *readOp) run(ctx context.Context, c *call) (any, error) {
 		d.Hint = "the file looks binary (NUL bytes or invalid UTF-8 in its first 8 KiB); its content is not returned"
 		return d, nil
 	}
-	if !utf8.Valid(content) {
-		content = bytes.ToValidUTF8(content, []byte("\uFFFD"))
+	s := content.String()
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
-	s := string(content)
 	d.Content = &s
 	if d.EndLine == 0 && op.start > d.TotalLines && d.TotalLines > 0 {
 		d.Hint = fmt.Sprintf("startLine %d is past the end of the file (%d lines)", op.start, d.TotalLines)
 	}
 	return d, nil
+}
+
+// Read buffers are recycled: one of binarySniffBytes for files that fit
+// in it (most), one of 64 KiB for larger files. A reader goes back to its
+// pool only when run is done with it and everything it returned was copied
+// out of its buffer.
+var (
+	smallReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, binarySniffBytes) }}
+	largeReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+)
+
+func getReader(r io.Reader, size int64) *bufio.Reader {
+	pool := &largeReaders
+	if size < binarySniffBytes {
+		pool = &smallReaders
+	}
+	br := pool.Get().(*bufio.Reader)
+	br.Reset(r)
+	return br
+}
+
+func putReader(br *bufio.Reader) {
+	br.Reset(nil) // drop the file and the hash
+	if br.Size() == binarySniffBytes {
+		smallReaders.Put(br)
+	} else {
+		largeReaders.Put(br)
+	}
 }
 
 func readLimit(t *target, size, limit int64) *wire.Error {
