@@ -42,14 +42,9 @@ func TestMCPStreamEndsWhenCredentialExpires(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	const soon, past = "eyJhbGciOiJSUzI1NiJ9.e30.c29vbg", "eyJhbGciOiJSUzI1NiJ9.e30.cGFzdA"
-	ev := &memEvidence{}
-	s := New(Options{
-		JWT:    expiringJWT{soon: now.Add(2 * time.Second), past: now.Add(-10 * time.Second)},
-		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
-		MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+	_, ts, _ := mcpTestServer(t, Options{
+		JWT: expiringJWT{soon: now.Add(2 * time.Second), past: now.Add(-10 * time.Second)},
 	})
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(ts.Close)
 	for _, tc := range []struct{ name, tok string }{{"expires during the stream", soon}, {"expired within leeway", past}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -101,14 +96,9 @@ func TestMCPSessionCapHolds(t *testing.T) {
 		toks[tok] = exp
 		exp = exp.Add(time.Second) // another exp: another principalKey
 	}
-	ev := &memEvidence{}
-	s := New(Options{
-		JWT:    toks,
-		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
-		MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+	s, ts, _ := mcpTestServer(t, Options{
+		JWT: toks,
 	})
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(ts.Close)
 	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`
 	var wg sync.WaitGroup
 	for tok := range toks {
@@ -130,14 +120,9 @@ func TestMCPSessionCapHolds(t *testing.T) {
 // the session cap bounds the streams too.
 func TestMCPOneStreamPerSession(t *testing.T) {
 	t.Parallel()
-	ev := &memEvidence{}
-	s := New(Options{
-		Keys:   []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
-		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
-		MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+	_, ts, _ := mcpTestServer(t, Options{
+		Keys: []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
 	})
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(ts.Close)
 	sid := mcpInit(t, ts.URL, agentKey)
 	get := func() *http.Response {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, ts.URL+"/mcp", nil)

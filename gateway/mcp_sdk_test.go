@@ -80,17 +80,13 @@ func toolNamesOf(t *testing.T, cs *mcp.ClientSession) []string {
 func TestMCPToolsListChanged(t *testing.T) {
 	t.Parallel()
 	pol := &reloadablePolicy{denyAfter: "agent-1"}
-	ev := &memEvidence{}
 	key := func(k, id, role string) Key {
 		return Key{SHA256: sha256.Sum256([]byte(k)), Principal: wire.Principal{ID: id, Roles: []string{role}}}
 	}
-	s := New(Options{
+	s, ts, _ := mcpTestServer(t, Options{
 		Keys:   []Key{key(agentKey, "agent-1", wire.RoleAgent), key("admin-key", "admin-1", wire.RoleAdmin)},
-		Policy: pol, PolicyAdmin: pol, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
-		MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+		Policy: pol, PolicyAdmin: pol,
 	})
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(ts.Close)
 
 	// A bound on the waits below, so a missing notification fails the
 	// test rather than hanging it (nothing asserts how long anything took).
@@ -209,14 +205,9 @@ func TestMCPSessionBoundToPrincipal(t *testing.T) {
 // http.Server.Shutdown for its whole grace; the session itself stays.
 func TestMCPStreamsEndAtShutdown(t *testing.T) {
 	t.Parallel()
-	ev := &memEvidence{}
-	s := New(Options{
-		Keys:   []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
-		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
-		MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+	s, ts, _ := mcpTestServer(t, Options{
+		Keys: []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
 	})
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(ts.Close)
 	sid := mcpInit(t, ts.URL, agentKey)
 
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a bound, not an assertion
@@ -294,17 +285,12 @@ func TestMCPToolsListChangedOnUpstreamChange(t *testing.T) {
 // another principal's session is untouched.
 func TestMCPSessionsPerPrincipal(t *testing.T) {
 	t.Parallel()
-	ev := &memEvidence{}
 	key := func(k, id string) Key {
 		return Key{SHA256: sha256.Sum256([]byte(k)), Principal: wire.Principal{ID: id, Roles: []string{wire.RoleAgent}}}
 	}
-	s := New(Options{
-		Keys:   []Key{key(agentKey, "agent-1"), key("other-key", "agent-2")},
-		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
-		MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+	_, ts, _ := mcpTestServer(t, Options{
+		Keys: []Key{key(agentKey, "agent-1"), key("other-key", "agent-2")},
 	})
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(ts.Close)
 	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
 
 	other := mcpInit(t, ts.URL, "other-key")
@@ -339,17 +325,13 @@ func TestMCPSessionsPerPrincipal(t *testing.T) {
 func TestMCPToolsListChangedBeforeStream(t *testing.T) {
 	t.Parallel()
 	pol := &reloadablePolicy{denyAfter: "agent-1"}
-	ev := &memEvidence{}
 	key := func(k, id, role string) Key {
 		return Key{SHA256: sha256.Sum256([]byte(k)), Principal: wire.Principal{ID: id, Roles: []string{role}}}
 	}
-	s := New(Options{
+	_, ts, _ := mcpTestServer(t, Options{
 		Keys:   []Key{key(agentKey, "agent-1", wire.RoleAgent), key("admin-key", "admin-1", wire.RoleAdmin)},
-		Policy: pol, PolicyAdmin: pol, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
-		MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+		Policy: pol, PolicyAdmin: pol,
 	})
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(ts.Close)
 	sid := mcpInit(t, ts.URL, agentKey)
 	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
 	if a := mcpDo(t, ts.URL, http.MethodPost, agentKey, sid, list, nil); !strings.Contains(a.raw, `"name":"Count"`) {
@@ -388,4 +370,24 @@ func TestMCPToolsListChangedBeforeStream(t *testing.T) {
 	if a := mcpDo(t, ts.URL, http.MethodPost, agentKey, sid, list, nil); string(a.msg.Result) != `{"tools":[]}` {
 		t.Errorf("tools/list after: %s", a.raw)
 	}
+}
+
+// mcpTestServer starts a gateway for the MCP tests: opts with, where unset,
+// an allowing policy, in-memory evidence, the counting tool, a 4 KiB body
+// limit and the OpenAPI document.
+func mcpTestServer(t *testing.T, opts Options) (*Server, *httptest.Server, *memEvidence) {
+	t.Helper()
+	ev := &memEvidence{}
+	if opts.Policy == nil {
+		opts.Policy = fakePolicy{allow: true}
+	}
+	opts.Evidence, opts.Receipts = ev, ev
+	if opts.Tools == nil {
+		opts.Tools = []tools.Tool{&countingTool{}}
+	}
+	opts.MaxBodyBytes, opts.OpenAPI = 4096, OpenAPIDocument
+	s := New(opts)
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	return s, ts, ev
 }
