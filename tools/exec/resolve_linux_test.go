@@ -181,3 +181,45 @@ func TestResolverSkipsOtherFileSystems(t *testing.T) {
 		}
 	}
 }
+
+// TestResolverWatchMasksOnlyGrow: an exec chain naming a directory (a
+// script whose #! line is a directory, an ELF whose PT_INTERP is one) must
+// not narrow the watch a remembered leadsTo answer depends on. inotify
+// keeps one watch per inode and, without IN_MASK_ADD, a second
+// inotify_add_watch replaces its mask: the directory's watch would then
+// report only the file events (contents, attributes), not the entries
+// created, deleted or renamed in it, and a symlink planted there would
+// leave a stale answer.
+func TestResolverWatchMasksOnlyGrow(t *testing.T) {
+	t.Parallel()
+	r := newResolver()
+	if r == nil {
+		t.Skip("no inotify")
+	}
+	defer r.close()
+	d, err := filepath.EvalSymlinks(t.TempDir())
+	must(t, err)
+	dd := filepath.Join(d, "D")
+	for _, sub := range []string{"D", "a", "b"} {
+		must(t, os.Mkdir(filepath.Join(d, sub), 0o755))
+	}
+	must(t, os.WriteFile(filepath.Join(d, "a", "prog"), []byte("#!/bin/sh\n"), 0o755))
+	must(t, os.Symlink(filepath.Join(d, "a"), filepath.Join(dd, "sub")))
+	must(t, os.WriteFile(filepath.Join(d, "script"), []byte("#!"+dd+"\n"), 0o755))
+	p := filepath.Join(dd, "sub", "prog")
+	if got, want := r.leadsTo(p), leadsTo(p); got != want {
+		t.Fatalf("leadsTo %s = %s, want %s", p, got, want)
+	}
+	r.mu.Lock()
+	_, remembered := r.answers[p]
+	r.mu.Unlock()
+	if !remembered {
+		t.Skip("answer not remembered (file system not watched)")
+	}
+	_ = r.execChain(filepath.Join(d, "script"))
+	must(t, os.Remove(filepath.Join(dd, "sub")))
+	must(t, os.Symlink(filepath.Join(d, "b"), filepath.Join(dd, "sub")))
+	if got, want := r.leadsTo(p), leadsTo(p); got != want {
+		t.Fatalf("after the symlink %s/sub was swapped: remembered %s, the walk says %s", dd, got, want)
+	}
+}
