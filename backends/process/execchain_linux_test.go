@@ -219,3 +219,34 @@ func FuzzElfInterpreter(f *testing.F) {
 		}
 	})
 }
+
+// TestExecChainEnvIsTheHostsEnv: "#!/usr/bin/env NAME" brings NAME because
+// the host's env runs it; a program of the caller's named env (in a
+// writable grant) runs whatever it likes, so its #! line brings only itself
+// and its own chain, never a host program it names.
+func TestExecChainEnvIsTheHostsEnv(t *testing.T) {
+	t.Parallel()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := filepath.EvalSymlinks("/bin/sh")
+	if err != nil {
+		t.Skip("no /bin/sh")
+	}
+	fake := filepath.Join(dir, "env")
+	if err := os.WriteFile(fake, []byte("#!"+sh+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "script")
+	if err := os.WriteFile(script, []byte("#!"+fake+" true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	trueReal, err := filepath.EvalSymlinks("/usr/bin/true")
+	if err != nil {
+		t.Skip("no /usr/bin/true")
+	}
+	if got := ExecChain(script); slices.Contains(got, trueReal) {
+		t.Errorf("ExecChain(#!%s true) = %v: brings %s", fake, got, trueReal)
+	}
+}

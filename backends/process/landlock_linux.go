@@ -144,7 +144,7 @@ func ExecChainVisiting(path string, visit func(p string)) []string {
 			return
 		}
 		add(interp, depth+1, false)
-		if filepath.Base(interp) == "env" && arg != "" {
+		if arg != "" && hostEnv(interp, visit) {
 			for _, dir := range filepath.SplitList(BasePath) {
 				if visit != nil {
 					visit(filepath.Join(dir, arg))
@@ -158,6 +158,30 @@ func ExecChainVisiting(path string, visit func(p string)) []string {
 	}
 	add(path, 0, false)
 	return out
+}
+
+// hostEnv reports whether interp is the host's env (/usr/bin/env or
+// /bin/env, links resolved): only that env is known to run the NAME of a
+// "#!/usr/bin/env NAME" line; a program merely named env (one in a
+// writable grant) runs whatever it likes, and must not bring NAME into the
+// allow list.
+func hostEnv(interp string, visit func(p string)) bool {
+	if filepath.Base(interp) != "env" {
+		return false
+	}
+	real, err := filepath.EvalSymlinks(interp)
+	if err != nil {
+		return false
+	}
+	for _, e := range []string{"/usr/bin/env", "/bin/env"} {
+		if visit != nil {
+			visit(e)
+		}
+		if r, err := filepath.EvalSymlinks(e); err == nil && r == real {
+			return true
+		}
+	}
+	return false
 }
 
 // BasePath is the PATH Exec gives every program (exectool.BasePath); env
