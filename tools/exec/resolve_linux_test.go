@@ -223,3 +223,59 @@ func TestResolverWatchMasksOnlyGrow(t *testing.T) {
 		t.Fatalf("after the symlink %s/sub was swapped: remembered %s, the walk says %s", dd, got, want)
 	}
 }
+
+// TestResolverRaceSwaps: a symlink swapped (by rename) in a tight loop while
+// the resolver answers never leaves a stale answer once the swapping has
+// stopped: every round ends with the remembered answers (where the path
+// leads, its exec chain) equal to a fresh walk.
+func TestResolverRaceSwaps(t *testing.T) {
+	t.Parallel()
+	r := newResolver()
+	if r == nil {
+		t.Skip("no inotify")
+	}
+	defer r.close()
+	d, err := filepath.EvalSymlinks(t.TempDir())
+	must(t, err)
+	for sub, interp := range map[string]string{"a": "/bin/sh", "b": "/usr/bin/env"} {
+		must(t, os.MkdirAll(filepath.Join(d, sub, "in"), 0o755))
+		must(t, os.WriteFile(filepath.Join(d, sub, "in", "prog"), []byte("#!"+interp+"\n"), 0o755))
+	}
+	must(t, os.Symlink(filepath.Join(d, "a"), filepath.Join(d, "link")))
+	p := filepath.Join(d, "link", "in", "prog")
+	for round := range 50 {
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				target := filepath.Join(d, []string{"a", "b"}[i%2])
+				tmp := filepath.Join(d, "tmp")
+				_ = os.Remove(tmp)
+				if os.Symlink(target, tmp) == nil {
+					_ = os.Rename(tmp, filepath.Join(d, "link"))
+				}
+			}
+		}()
+		for range 20 {
+			_ = r.leadsTo(p)
+			_ = r.execChain(p)
+		}
+		close(stop)
+		<-done
+		if got, want := r.leadsTo(p), leadsTo(p); got != want {
+			t.Fatalf("round %d: after the swaps stopped: remembered %s, the walk says %s", round, got, want)
+		}
+		if got, want := r.leadsTo(p), leadsTo(p); got != want {
+			t.Fatalf("round %d: asked again: %s, the walk says %s", round, got, want)
+		}
+		if got, want := r.execChain(p), process.ExecChain(p); !slices.Equal(got, want) {
+			t.Fatalf("round %d: after the swaps stopped: chain %v, ExecChain says %v", round, got, want)
+		}
+	}
+}
