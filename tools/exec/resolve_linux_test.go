@@ -67,9 +67,16 @@ func TestResolverSeesChanges(t *testing.T) {
 			}
 			t.Cleanup(r.close)
 			p := filepath.Join(d, tc.ask)
-			for i := range 2 {
+			// Asked until remembered: anything created next to the
+			// test's directory (in the shared temporary directory, by
+			// other tests or processes) is an event that rightly drops
+			// the answer.
+			for i := range 50 {
 				if got, want := r.leadsTo(p), leadsTo(p); got != want {
 					t.Fatalf("before the change (ask %d): %s leads to %s, the walk says %s", i, p, got, want)
+				}
+				if _, ok := r.answers[p]; ok && i > 0 {
+					break
 				}
 			}
 			if _, ok := r.answers[p]; !ok {
@@ -141,9 +148,12 @@ func TestResolverExecChainSeesChanges(t *testing.T) {
 			}
 			t.Cleanup(r.close)
 			p := filepath.Join(d, "bin", "script")
-			for i := range 2 {
+			for i := range 50 { // asked until remembered, as in TestResolverSeesChanges
 				if got, want := r.execChain(p), process.ExecChain(p); !slices.Equal(got, want) {
 					t.Fatalf("before the change (ask %d): chain %v, ExecChain says %v", i, got, want)
+				}
+				if _, ok := r.chains[p]; ok && i > 0 {
+					break
 				}
 			}
 			if _, ok := r.chains[p]; !ok {
