@@ -176,6 +176,7 @@ func TestExecChainFollowsWhatTheKernelFollows(t *testing.T) {
 		{"interpreter without its NUL", elfWithInterp(sh), nil},
 		{"interpreter cut at its first NUL", elfWithInterp(elfLoader + "\x00" + sh + "\x00"), []string{elfLoader}},
 		{"empty interpreter", elfWithInterp(""), nil},
+		{"relative interpreter (opened from the program's cwd)", elfWithInterp(strings.TrimPrefix(sh, "/") + "\x00"), nil},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

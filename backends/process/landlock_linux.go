@@ -136,7 +136,12 @@ func ExecChainVisiting(path string, visit func(p string)) []string {
 			return
 		}
 		if interp := elfInterpreter(real); interp != "" {
-			add(interp, depth+1, true)
+			// A relative PT_INTERP is opened by the kernel from the
+			// program's working directory, not the gateway's: it is
+			// left out (the exec then fails, closed).
+			if filepath.IsAbs(interp) {
+				add(interp, depth+1, true)
+			}
 			return
 		}
 		interp, arg := shebang(real)
