@@ -39,17 +39,49 @@ type SQLDialect struct {
 }
 
 // SQL is q, written with ?N placeholders, in the dialect's placeholders.
+// q is always one of this package's constant statements, never built from
+// request data (every value is a bound argument). Only a ? followed by a
+// digit outside string literals ('...', a doubled quote inside), quoted
+// identifiers ("...") and comments (-- to the line's end, /* ... */) is a
+// placeholder: a ? elsewhere is text, or an operator (jsonb's ?|).
 func (d SQLDialect) SQL(q string) string {
 	if !d.Dollar {
 		return q
 	}
 	var b strings.Builder
+	b.Grow(len(q))
 	for i := 0; i < len(q); i++ {
-		if q[i] == '?' && i+1 < len(q) && q[i+1] >= '0' && q[i+1] <= '9' {
+		c := q[i]
+		// What opens and what closes the literal, identifier or comment
+		// starting at i.
+		var open, end string
+		switch {
+		case c == '\'':
+			open, end = "'", "'"
+		case c == '"':
+			open, end = `"`, `"`
+		case strings.HasPrefix(q[i:], "--"):
+			open, end = "--", "\n"
+		case strings.HasPrefix(q[i:], "/*"):
+			open, end = "/*", "*/"
+		case c == '?' && i+1 < len(q) && q[i+1] >= '0' && q[i+1] <= '9':
 			b.WriteByte('$')
 			continue
+		default:
+			b.WriteByte(c)
+			continue
 		}
-		b.WriteByte(q[i])
+		// Copy through the closing text ('' inside a literal closes and
+		// reopens it, which copying twice does too); unclosed runs to the
+		// end.
+		j := strings.Index(q[i+len(open):], end)
+		if j < 0 {
+			b.WriteString(q[i:])
+			break
+		}
+		stop := i + len(open) + j + len(end)
+		b.WriteString(q[i:stop])
+		i = stop - 1
 	}
 	return b.String()
 }

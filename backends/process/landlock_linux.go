@@ -116,8 +116,13 @@ func ExecChain(path string) []string { return ExecChainVisiting(path, nil) }
 func ExecChainVisiting(path string, visit func(p string)) []string {
 	var out []string
 	seen := map[string]bool{}
-	var add func(p string, depth int)
-	add = func(p string, depth int) {
+	// loader: p is an ELF program's PT_INTERP. The kernel maps it and
+	// reads neither its own PT_INTERP nor a #! line in it (a loader must
+	// be ELF), so nothing past it belongs in the chain: following it would
+	// let a program in a writable grant, with a loader of its own naming
+	// any host program, add that program to the allow list.
+	var add func(p string, depth int, loader bool)
+	add = func(p string, depth int, loader bool) {
 		if visit != nil {
 			visit(p)
 		}
@@ -127,29 +132,61 @@ func ExecChainVisiting(path string, visit func(p string)) []string {
 		}
 		seen[real] = true
 		out = append(out, real)
+		if loader {
+			return
+		}
 		if interp := elfInterpreter(real); interp != "" {
-			add(interp, depth+1)
+			// A relative PT_INTERP is opened by the kernel from the
+			// program's working directory, not the gateway's: it is
+			// left out (the exec then fails, closed).
+			if filepath.IsAbs(interp) {
+				add(interp, depth+1, true)
+			}
 			return
 		}
 		interp, arg := shebang(real)
 		if interp == "" {
 			return
 		}
-		add(interp, depth+1)
-		if filepath.Base(interp) == "env" && arg != "" {
+		add(interp, depth+1, false)
+		if arg != "" && hostEnv(interp, visit) {
 			for _, dir := range filepath.SplitList(BasePath) {
 				if visit != nil {
 					visit(filepath.Join(dir, arg))
 				}
 				if fi, err := os.Stat(filepath.Join(dir, arg)); err == nil && fi.Mode().IsRegular() {
-					add(filepath.Join(dir, arg), depth+1)
+					add(filepath.Join(dir, arg), depth+1, false)
 					break
 				}
 			}
 		}
 	}
-	add(path, 0)
+	add(path, 0, false)
 	return out
+}
+
+// hostEnv reports whether interp is the host's env (/usr/bin/env or
+// /bin/env, links resolved): only that env is known to run the NAME of a
+// "#!/usr/bin/env NAME" line; a program merely named env (one in a
+// writable grant) runs whatever it likes, and must not bring NAME into the
+// allow list.
+func hostEnv(interp string, visit func(p string)) bool {
+	if filepath.Base(interp) != "env" {
+		return false
+	}
+	real, err := filepath.EvalSymlinks(interp)
+	if err != nil {
+		return false
+	}
+	for _, e := range []string{"/usr/bin/env", "/bin/env"} {
+		if visit != nil {
+			visit(e)
+		}
+		if r, err := filepath.EvalSymlinks(e); err == nil && r == real {
+			return true
+		}
+	}
+	return false
 }
 
 // BasePath is the PATH Exec gives every program (exectool.BasePath); env
@@ -192,7 +229,7 @@ func elfInterpreter(path string) string {
 			return ""
 		}
 		phoff, phentsize, phnum = h.Phoff, h.Phentsize, h.Phnum
-		if int(phentsize) < binary.Size(elf.Prog64{}) {
+		if int(phentsize) != binary.Size(elf.Prog64{}) {
 			return ""
 		}
 		read = func(ph []byte) (uint32, uint64, uint64) {
@@ -204,7 +241,7 @@ func elfInterpreter(path string) string {
 			return ""
 		}
 		phoff, phentsize, phnum = uint64(h.Phoff), h.Phentsize, h.Phnum
-		if int(phentsize) < binary.Size(elf.Prog32{}) {
+		if int(phentsize) != binary.Size(elf.Prog32{}) {
 			return ""
 		}
 		read = func(ph []byte) (uint32, uint64, uint64) {
@@ -213,7 +250,9 @@ func elfInterpreter(path string) string {
 	default:
 		return ""
 	}
-	if phnum == 0 || phoff > 1<<30 {
+	// The kernel's limits (load_elf_phdrs): program headers of exactly
+	// the native size (checked above), at most 64 KiB of them.
+	if phnum == 0 || int(phentsize)*int(phnum) > 65536 || phoff > 1<<40 {
 		return ""
 	}
 	phs := make([]byte, int(phentsize)*int(phnum))
@@ -225,14 +264,18 @@ func elfInterpreter(path string) string {
 		if elf.ProgType(typ) != elf.PT_INTERP {
 			continue
 		}
-		if off > 1<<40 {
+		// The kernel takes the first PT_INTERP, refuses one shorter than
+		// 2 or longer than PATH_MAX bytes or not ending in NUL, and opens
+		// the name up to its first NUL (load_elf_binary).
+		if off > 1<<40 || size < 2 || size > unix.PathMax {
 			return ""
 		}
-		b := make([]byte, min(size, 4096))
-		if _, err := f.ReadAt(b, int64(off)); err != nil {
+		b := make([]byte, size)
+		if _, err := f.ReadAt(b, int64(off)); err != nil || b[size-1] != 0 {
 			return ""
 		}
-		return string(bytes.TrimRight(b, "\x00"))
+		name, _, _ := bytes.Cut(b, []byte{0})
+		return string(name)
 	}
 	return ""
 }

@@ -177,9 +177,23 @@ func (c *call) enforcePlan(plan *wire.ExecPlan, grants []wire.FSGrant, deny []st
 			}
 		}
 		allow = c.tool.res.execChain(c.in.argv0)
+		// An entry relative to argv[0]'s directory ("../pkg/tool" for
+		// go) is the caller's to plant when argv[0] lies in a writable
+		// grant: a program of its own with that name, next to a symlink
+		// to /usr/bin, would bring all of /usr/bin. Such entries are left
+		// out (the program cannot execute them: closed).
+		planted := false
+		for _, g := range grants {
+			if g.Mode == "rw" && within(c.in.argv0, g.Path) {
+				planted = true
+			}
+		}
 		for _, e := range plan.ExecAllow {
 			p := e
 			if !filepath.IsAbs(p) {
+				if planted {
+					continue
+				}
 				p = filepath.Join(filepath.Dir(c.in.argv0), p)
 			}
 			if real, err := filepath.EvalSymlinks(p); err == nil && !slices.Contains(allow, real) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -252,5 +253,43 @@ func TestPlanExecRestrict(t *testing.T) {
 	sh, _ := filepath.EvalSymlinks("/bin/sh")
 	if scope.Exec == nil || !scope.Exec.ExecRestrict || len(scope.Exec.ExecAllow) == 0 || scope.Exec.ExecAllow[0] != sh {
 		t.Errorf("scope exec %+v, want the restriction with %s first", scope.Exec, sh)
+	}
+}
+
+// TestPlanExecAllowNotFromWritableGrant: an exec_allow entry relative to
+// argv[0]'s directory ("../pkg/tool" for go) names a path the caller
+// controls when argv[0] lies in a writable grant: a program of its own
+// named go, next to a symlink pkg/tool pointing at /usr/bin, must not
+// bring /usr/bin into the allow list. Such entries are left out (the
+// program then cannot execute them: closed).
+func TestPlanExecAllowNotFromWritableGrant(t *testing.T) {
+	t.Parallel()
+	if process.LandlockABI() < 1 {
+		t.Skip("no Landlock here")
+	}
+	tool := newTool()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "pkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin", "go"), []byte("#!/bin/sh\necho ran\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/usr/bin", filepath.Join(dir, "pkg", "tool")); err != nil {
+		t.Fatal(err)
+	}
+	d := usrGrant(wire.FSGrant{Path: dir, Mode: "rw"})
+	d.Exec = &wire.ExecPlan{ExecRestrict: true, ExecAllow: []string{"../pkg/tool", "/usr/lib/git-core"}}
+	in := fmt.Sprintf(`{"argv":[%q]}`, filepath.Join(dir, "bin", "go"))
+	scope, _ := runCall(t, tool, in, d)
+	usrBin, _ := filepath.EvalSymlinks("/usr/bin")
+	if scope.Exec == nil || slices.Contains(scope.Exec.ExecAllow, usrBin) {
+		t.Errorf("scope exec %+v: a symlink in the writable grant brought %s into the allow list", scope.Exec, usrBin)
 	}
 }

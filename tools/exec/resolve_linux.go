@@ -132,7 +132,12 @@ func (r *resolver) watch(path string, mask uint32) error {
 	if !localFS(int64(st.Type)) {
 		return fmt.Errorf("watch %s: file system %#x may change without inotify events", path, st.Type)
 	}
-	if _, err := unix.InotifyAddWatch(r.ino, path, mask); err != nil {
+	// IN_MASK_ADD: inotify keeps one watch per inode and a second add
+	// would replace its mask, so a directory an exec chain names (a #!
+	// line or PT_INTERP naming a directory gets it watched with fileMask)
+	// would stop reporting the entries leadsTo answers depend on. Masks
+	// only grow; an extra event only costs a fresh walk.
+	if _, err := unix.InotifyAddWatch(r.ino, path, mask|unix.IN_MASK_ADD); err != nil {
 		return fmt.Errorf("watch %s: %w", path, err)
 	}
 	r.dirs++
