@@ -31,6 +31,8 @@
 #                        program's harden entry, else the profile's)
 #       exec_allow       further files or directories it may execute:
 #                        absolute, or relative to argv[0]'s real directory
+#                        (relative entries are dropped when argv[0] lies in
+#                        a writable grant: the agent could aim them anywhere)
 #     harden       {PROGRAM: {insert_before, insert_after, env_set,
 #                  path_flags, exec_restrict, exec_allow}}: hardening every
 #                  shape of PROGRAM gets (its "*" shapes too), so a shape
