@@ -3,9 +3,11 @@ package coderun
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 
 	"sync"
 
@@ -44,7 +46,15 @@ type bridge struct {
 	// result is the JSON the code reported (nil: none).
 	result          json.RawMessage
 	resultTruncated bool
+
+	// endOp marks the end of the requests: close writes it behind what the
+	// code wrote, so the handler reads everything before it stops.
+	endOp string
 }
+
+// closeGrace bounds how long close waits for the handler to read what the
+// request FIFO still holds.
+const closeGrace = 2 * time.Second
 
 // request is one line from the code.
 type request struct {
@@ -83,7 +93,8 @@ func openBridge(reqPath, respPath string, d tools.Dispatcher, maxCalls, maxResul
 		_ = req.Close()
 		return nil, fmt.Errorf("coderun: opening the answer fifo: %w", err)
 	}
-	return &bridge{req: req, resp: resp, disp: d, maxCalls: maxCalls, maxResult: maxResult, calls: ToolCalls{ReceiptIDs: []string{}}}, nil
+	return &bridge{req: req, resp: resp, disp: d, maxCalls: maxCalls, maxResult: maxResult, calls: ToolCalls{ReceiptIDs: []string{}},
+		endOp: "end-" + rand.Text()}, nil
 }
 
 func (b *bridge) serve(ctx context.Context) {
@@ -95,11 +106,25 @@ func (b *bridge) serve(ctx context.Context) {
 }
 
 // close ends the channel and waits for the handler (a nested call in
-// flight ends with ctx, which the caller cancels first).
+// flight ends with ctx, which the caller cancels first). The code has
+// ended, but the lines it wrote last (its result) may still be in the
+// request FIFO: an end marker goes in behind them and the handler reads up
+// to it (for at most closeGrace) before the FIFOs are closed.
 func (b *bridge) close() {
+	done := make(chan struct{})
+	go func() { b.wg.Wait(); close(done) }()
+	end, _ := json.Marshal(request{Op: b.endOp})
+	if b.req.SetWriteDeadline(time.Now().Add(closeGrace)) == nil {
+		if _, err := b.req.Write(append(end, '\n')); err == nil {
+			select {
+			case <-done:
+			case <-time.After(closeGrace):
+			}
+		}
+	}
 	_ = b.req.Close()
 	_ = b.resp.Close()
-	b.wg.Wait()
+	<-done
 }
 
 func (b *bridge) handle(ctx context.Context) {
@@ -110,6 +135,9 @@ func (b *bridge) handle(ctx context.Context) {
 		var req request
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			return // not the bridge speaking: stop answering
+		}
+		if req.Op == b.endOp {
+			return
 		}
 		if req.Op == "result" {
 			b.setResult(req.Value)
