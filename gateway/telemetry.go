@@ -3,9 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -14,93 +12,41 @@ import (
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/wire"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// serverSpans wraps h in the server span of every request, continuing a W3C
-// traceparent (the global propagator). The span is named by the method alone
-// until routeSpan, inside echo, names the route; routeSpan also sets the HTTP
-// semantic-convention attributes (httpAttrs), and only on a span that
-// records: without an exporter spans are not sampled, and building
-// attributes a non-recording span drops was a tenth of the gateway's CPU
-// per decision (docs/performance.md). This is what otelhttp does, without
-// its per-request metric attribute sets (the gateway's metrics are its own
-// Prometheus series) and response-writer wrapping.
+// serverSpans wraps h in the OpenTelemetry net/http instrumentation
+// (otelhttp): the server span of every request, continuing a W3C
+// traceparent, with the HTTP semantic-convention attributes
+// (http.request.method, url.scheme, server.address, network.protocol.version,
+// user_agent.original, http.response.status_code, error.type on 5xx). The
+// span is named by the method alone until routeSpan, inside echo, names the
+// route.
 func serverSpans(h http.Handler, tp trace.TracerProvider) http.Handler {
-	tracer := tp.Tracer(otelhttpScope)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
-		defer span.End()
-		h.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
-// otelhttpScope is the instrumentation scope the server spans are made
-// under: the one otelhttp used, so trace back ends group them as before.
-const otelhttpScope = "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-
-// httpAttrs are the HTTP semantic-convention attributes of a server span
-// (docs/operations.md#tracing): the request's, and the answer's status.
-func httpAttrs(c echo.Context) []attribute.KeyValue {
-	r := c.Request()
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	attrs := []attribute.KeyValue{
-		attribute.String("http.request.method", r.Method),
-		attribute.String("url.scheme", scheme),
-		attribute.String("url.path", r.URL.Path),
-		attribute.String("network.protocol.version", fmt.Sprintf("%d.%d", r.ProtoMajor, r.ProtoMinor)),
-		attribute.Int("http.response.status_code", c.Response().Status),
-	}
-	if r.ProtoMajor == 2 && r.ProtoMinor == 0 {
-		attrs[3] = attribute.String("network.protocol.version", "2")
-	}
-	if host, port, err := net.SplitHostPort(r.Host); err == nil {
-		attrs = append(attrs, attribute.String("server.address", host))
-		if n, err := strconv.Atoi(port); err == nil {
-			attrs = append(attrs, attribute.Int("server.port", n))
-		}
-	} else if r.Host != "" {
-		attrs = append(attrs, attribute.String("server.address", r.Host))
-	}
-	if ua := r.UserAgent(); ua != "" {
-		attrs = append(attrs, attribute.String("user_agent.original", ua))
-	}
-	return attrs
+	return otelhttp.NewHandler(h, "http.server", otelhttp.WithTracerProvider(tp),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method }),
+		otelhttp.WithPropagators(otel.GetTextMapPropagator()))
 }
 
 // routeSpan names the server span after the matched route template
 // ("POST /v1/tool-calls"; an unmatched request keeps the method alone, so
 // scanners cannot mint span names), sets http.route, the client address as
-// clientIP decides (never a X-Forwarded-For from an untrusted peer), the
-// HTTP attributes (httpAttrs) and on a failure error.type (markError).
+// clientIP decides (otelhttp would believe any X-Forwarded-For), and on a
+// failure error.type (markError).
 func (s *Server) routeSpan(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		span := trace.SpanFromContext(r.Context())
-		if !span.IsRecording() {
-			return next(c)
-		}
 		span.SetAttributes(attribute.String("client.address", c.RealIP()))
 		if route := c.Path(); s.routes[route] {
 			span.SetName(r.Method + " " + route)
 			span.SetAttributes(attribute.String("http.route", route))
 		}
 		err := next(c)
-		if err != nil {
-			// Answer now (errorHandler, which marks error.type), so the
-			// status below is the one the client gets.
-			c.Error(err)
-			err = nil
-		}
-		span.SetAttributes(httpAttrs(c)...)
 		if c.Response().Status >= http.StatusInternalServerError {
 			span.SetStatus(codes.Error, http.StatusText(c.Response().Status))
 		}

@@ -45,7 +45,7 @@ func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
 	return m
 }
 
-// TestServerSpans: the server span of each request comes from serverSpans
+// TestServerSpans: the server span of each request comes from otelhttp
 // with the HTTP semantic-convention attributes, is named by its route
 // template (never by the path of an unmatched request), carries error.type
 // on a failure, and a tool call's span always has a gen_ai.tool.call.id.
