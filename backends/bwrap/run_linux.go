@@ -466,7 +466,12 @@ func (s *statusReader) read(rd io.Reader) {
 			if err := s.release(*m.ChildPID); err != nil {
 				// Fail closed: the child is still held before exec.
 				_ = unix.Kill(*m.ChildPID, unix.SIGKILL)
-				s.setErr(err)
+				if !errors.Is(err, unix.ESRCH) {
+					s.setErr(err)
+				}
+				// ESRCH: the child is already gone (its sandbox setup
+				// failed, say a mount whose path an agent moved); nothing
+				// ran, and bwrap's exit says why, as for any setup failure.
 				continue
 			}
 			released = true
