@@ -194,6 +194,16 @@ func ProgramResult(op string, data any, res sandbox.Result, backend string, meta
 	return out, nil
 }
 
+// CPULimitError is the error of a program (what names it) that died of
+// SIGXCPU: it used its CPU time (cpu_seconds, which defaults to the
+// timeout; every thread of the program counts). A timeout, on the field the
+// policy sets.
+func CPULimitError(what string, cpuSeconds int) *wire.Error {
+	e := wire.FieldError(wire.CodeTimeout, "cpu_seconds", "%s used its %d s of CPU time (all its threads together) and was stopped; ask the policy for a higher cpu_seconds or do less per call", what, cpuSeconds)
+	e.Details["limit"] = cpuSeconds
+	return e
+}
+
 // Hints are a tool's behaviour hints as MCP's tools/list annotations name
 // them: readOnlyHint (changes nothing), destructiveHint (may change or
 // delete what exists; meaningful when not read-only), idempotentHint

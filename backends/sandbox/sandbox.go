@@ -75,3 +75,11 @@ type Result struct {
 // NetworkStats is what one call's egress proxy saw; it is wire vocabulary
 // because the outcome event records it.
 type NetworkStats = wire.NetworkStats
+
+// CPULimited says the run died of SIGXCPU: it used the CPU time its
+// cpu_seconds limit allowed (RLIMIT_CPU's soft limit). All of a process's
+// threads count, so a multi-threaded program (Deno) can reach the limit
+// before the wall-clock timeout.
+func (r Result) CPULimited() bool {
+	return !r.TimedOut && r.Signal != nil && *r.Signal == "SIGXCPU"
+}

@@ -254,11 +254,11 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 		ResultTruncated: resultTruncated,
 		ToolCalls:       calls,
 		ExitCode:        res.ExitCode,
-		TimedOut:        res.TimedOut,
+		TimedOut:        res.TimedOut || res.CPULimited(),
 		DurationMS:      res.Duration.Milliseconds(),
 	}
 	outputCapped := res.OutputCapped || res.StdoutTruncated || res.StderrTruncated
-	stopped := res.TimedOut || outputCapped || overBudget
+	stopped := data.TimedOut || outputCapped || overBudget
 	if res.ExitCode != 0 && !stopped {
 		data.Exception = exception(stderr, userFile(c.in.language))
 	}
@@ -294,6 +294,9 @@ func (c *call) judge(out *tools.Result, res sandbox.Result, scope wire.Scope, ov
 	case res.TimedOut:
 		out.Status = wire.StatusTimedOut
 		out.Output.Error = wire.FieldError(wire.CodeTimeout, "timeout_s", "the code did not finish within %d s and was stopped; raise timeout_s (at most %d, and the policy's limit) or do less per run", scope.Limits.TimeoutS, MaxTimeoutS)
+	case res.CPULimited():
+		out.Status = wire.StatusTimedOut
+		out.Output.Error = tools.CPULimitError("the code", scope.Limits.CPUSeconds)
 	case resultTruncated && res.ExitCode == 0:
 		out.Status = wire.StatusFailed
 		out.Output.Error = wire.FieldError(wire.CodeTooLarge, "result", "the exported result is larger than %d bytes (max_output_bytes); return less, or raise max_output_bytes (at most %d, and the policy's limit)", scope.Limits.MaxOutputBytes, MaxMaxOutputBytes)

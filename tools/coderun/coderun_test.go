@@ -410,3 +410,28 @@ func TestShippedLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestCPULimit: Deno's threads all count toward RLIMIT_CPU, so a busy loop
+// can reach cpu_seconds before the wall-clock timeout. That ends as a
+// timeout on cpu_seconds with timed_out set, on every runner, not as a
+// failure with exit code -1 and nothing said (seen on a loaded CI with
+// cpu_seconds defaulting to a 1 s timeout).
+func TestCPULimit(t *testing.T) {
+	t.Parallel()
+	deno := denoPath(t)
+	for name, r := range runners(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			d := e.decision()
+			d.Limits.CPUSeconds = 1
+			res, data := exec(t, New(Options{Runner: r, Deno: deno}), d, nil, map[string]any{"code": "while (true) {}", "timeout_s": 60})
+			if res.Status != wire.StatusTimedOut || res.Output.Error == nil || res.Output.Error.Code != wire.CodeTimeout || res.Output.Error.Details["field"] != "cpu_seconds" {
+				t.Fatalf("status %s error %+v, want timed_out with timeout on cpu_seconds (stderr %.300q)", res.Status, res.Output.Error, data.Stderr)
+			}
+			if !data.TimedOut || string(data.Result) != "null" || data.Exception != nil || data.DurationMS >= 30000 {
+				t.Errorf("data %+v", data)
+			}
+		})
+	}
+}

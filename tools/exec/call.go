@@ -381,7 +381,7 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 		Stderr:          res.Stderr,
 		StdoutTruncated: res.StdoutTruncated,
 		StderrTruncated: res.StderrTruncated,
-		TimedOut:        res.TimedOut,
+		TimedOut:        res.TimedOut || res.CPULimited(),
 		Signal:          res.Signal,
 		DurationMS:      res.Duration.Milliseconds(),
 	}
@@ -393,6 +393,9 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	case res.TimedOut:
 		out.Status = wire.StatusTimedOut
 		out.Output.Error = wire.Errorf(wire.CodeTimeout, "%s did not finish within %d s and was stopped; raise timeout_s (at most %d, and the policy's limit) or do less per call", c.in.argv0, scope.Limits.TimeoutS, MaxTimeoutS)
+	case res.CPULimited():
+		out.Status = wire.StatusTimedOut
+		out.Output.Error = tools.CPULimitError(c.in.argv0, scope.Limits.CPUSeconds)
 	case res.Canceled:
 		out.Status = wire.StatusError
 		out.Output.Error = wire.Errorf(wire.CodeBackendUnavailable, "%s was stopped because the request was cancelled or the gateway is shutting down", c.in.argv0)

@@ -417,6 +417,8 @@ func TestRunOutcomes(t *testing.T) {
 		wantStatus  string
 		wantSuccess bool
 		wantErr     wire.Code
+		wantField   string // the error's details.field, when it names one
+		limits      wire.Limits
 		check       func(Data) bool
 	}{
 		{
@@ -435,6 +437,17 @@ func TestRunOutcomes(t *testing.T) {
 			check: func(d Data) bool { return d.TimedOut && d.Signal != nil && d.DurationMS >= 1000 && d.DurationMS < 3000 },
 		},
 		{
+			// All of a program's threads count toward RLIMIT_CPU, so the
+			// CPU limit can stop a busy program before its timeout: a
+			// timeout on cpu_seconds, not an unexplained failure.
+			name: "cpu limit", input: `{"argv":["/bin/sh","-c","while :; do :; done"],"timeout_s":30}`,
+			limits:     wire.Limits{CPUSeconds: 1},
+			wantStatus: wire.StatusTimedOut, wantErr: wire.CodeTimeout, wantField: "cpu_seconds",
+			check: func(d Data) bool {
+				return d.TimedOut && d.Signal != nil && *d.Signal == "SIGXCPU" && d.DurationMS < 10000
+			},
+		},
+		{
 			name: "output capped", input: `{"argv":["/bin/sh","-c","head -c 100000 /dev/zero | tr '\\0' z"],"max_output_bytes":1024}`,
 			wantStatus: wire.StatusSucceeded, wantSuccess: true,
 			check: func(d Data) bool { return d.StdoutTruncated && d.Stdout == strings.Repeat("z", 1024) },
@@ -448,27 +461,32 @@ func TestRunOutcomes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, res := runCall(t, tool, tt.input, usrGrant())
+			d := usrGrant()
+			d.Limits = tt.limits
+			_, res := runCall(t, tool, tt.input, d)
 			if res.Status != tt.wantStatus || res.Output.Success != tt.wantSuccess {
 				t.Errorf("status %s success %v, want %s %v (error %v)", res.Status, res.Output.Success, tt.wantStatus, tt.wantSuccess, res.Output.Error)
 			}
 			if (res.Output.Error == nil) != (tt.wantErr == "") || (res.Output.Error != nil && res.Output.Error.Code != tt.wantErr) {
 				t.Errorf("error %v, want code %q", res.Output.Error, tt.wantErr)
 			}
-			d := data(t, res)
-			if !tt.check(d) {
-				t.Errorf("data %+v", d)
+			if tt.wantField != "" && (res.Output.Error == nil || res.Output.Error.Details["field"] != tt.wantField) {
+				t.Errorf("error %v, want details.field %q", res.Output.Error, tt.wantField)
+			}
+			dd := data(t, res)
+			if !tt.check(dd) {
+				t.Errorf("data %+v", dd)
 			}
 			sum, _ := json.Marshal(res.Output.Data)
 			digest := sha256.Sum256(sum)
 			if res.OutputSHA256 != hex.EncodeToString(digest[:]) {
 				t.Errorf("OutputSHA256 %s does not match the data", res.OutputSHA256)
 			}
-			if res.Backend != "process" || res.Output.Metadata["backend"] != "process" || res.Output.Metadata["duration_ms"] != d.DurationMS {
+			if res.Backend != "process" || res.Output.Metadata["backend"] != "process" || res.Output.Metadata["duration_ms"] != dd.DurationMS {
 				t.Errorf("backend %q metadata %v", res.Backend, res.Output.Metadata)
 			}
-			if res.ExitCode == nil || *res.ExitCode != d.ExitCode {
-				t.Errorf("result exit code %v, data %d", res.ExitCode, d.ExitCode)
+			if res.ExitCode == nil || *res.ExitCode != dd.ExitCode {
+				t.Errorf("result exit code %v, data %d", res.ExitCode, dd.ExitCode)
 			}
 		})
 	}
