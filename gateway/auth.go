@@ -75,16 +75,8 @@ func (s *Server) identify(c echo.Context) (wire.Principal, string, error) {
 		return wire.Principal{}, identity.AuthAPIKey, &identity.Failure{Reason: "unknown_key", Message: msg}
 	}
 	if s.opts.ClientCerts != nil && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-		// The chain was verified at the handshake; a connection kept
-		// alive outlives that moment, so each request checks the chain's
-		// validity period again.
-		now := s.opts.Now()
-		for _, c := range r.TLS.VerifiedChains[0] {
-			if now.After(c.NotAfter) || now.Before(c.NotBefore) {
-				return wire.Principal{}, identity.AuthMTLS, &identity.Failure{Reason: identity.ReasonExpired,
-					Message: "the client certificate (or its issuer) is outside its validity period (notBefore " + c.NotBefore.UTC().Format(time.RFC3339) +
-						", notAfter " + c.NotAfter.UTC().Format(time.RFC3339) + "); reconnect with a valid one"}
-			}
+		if f := s.recheckChain(r.TLS.VerifiedChains); f != nil {
+			return wire.Principal{}, identity.AuthMTLS, f
 		}
 		p, err := s.opts.ClientCerts.Map(r.TLS.VerifiedChains[0][0])
 		return p, identity.AuthMTLS, err
@@ -99,6 +91,40 @@ func (s *Server) identify(c echo.Context) (wire.Principal, string, error) {
 		msg = "missing credentials: send Authorization: Bearer <api-key>, or a client certificate"
 	}
 	return wire.Principal{}, "", &identity.Failure{Reason: "missing", Message: msg}
+}
+
+// recheckChain checks again, for this request, what crypto/tls verified at
+// the handshake: a connection kept alive outlives that moment, so a chain
+// must still be within its validity period and (with ClientCATrusted) still
+// end at a configured client CA. One chain that holds is enough; nil then.
+func (s *Server) recheckChain(chains [][]*x509.Certificate) *identity.Failure {
+	now := s.opts.Now()
+	var expired *x509.Certificate
+	for _, chain := range chains {
+		if len(chain) == 0 {
+			continue
+		}
+		if s.opts.ClientCATrusted != nil && !s.opts.ClientCATrusted(chain[len(chain)-1]) {
+			continue
+		}
+		valid := true
+		for _, c := range chain {
+			if now.After(c.NotAfter) || now.Before(c.NotBefore) {
+				expired, valid = c, false
+				break
+			}
+		}
+		if valid {
+			return nil
+		}
+	}
+	if expired != nil {
+		return &identity.Failure{Reason: identity.ReasonExpired,
+			Message: "the client certificate (or its issuer) is outside its validity period (notBefore " + expired.NotBefore.UTC().Format(time.RFC3339) +
+				", notAfter " + expired.NotAfter.UTC().Format(time.RFC3339) + "); reconnect with a valid one"}
+	}
+	return &identity.Failure{Reason: identity.ReasonCertUntrusted,
+		Message: "the client certificate's CA is no longer in tls.client_ca_file (it was replaced after this connection was made); reconnect with a certificate from a trusted CA"}
 }
 
 // refuseAuth answers a request whose credentials did not authenticate: 401

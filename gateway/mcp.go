@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
 	"mime"
 	"net/http"
@@ -112,6 +113,11 @@ func (s *Server) mcpGet(c echo.Context) error {
 		ctx, cancelAt = context.WithDeadline(ctx, until)
 		defer cancelAt()
 	}
+	// A client CA removed from the trust while the stream is open ends it
+	// too, as it refuses the connection's next request (recheckChain).
+	if method, _ := c.Get(ctxAuthMethod).(string); method == identity.AuthMTLS && s.opts.ClientCATrusted != nil && r.TLS != nil {
+		go s.endWhenUntrusted(ctx, cancel, r.TLS.VerifiedChains)
+	}
 	stop := context.AfterFunc(s.mcp.stopping, cancel)
 	defer stop()
 	c.SetRequest(r.WithContext(ctx))
@@ -134,6 +140,24 @@ func (s *Server) mcpGet(c echo.Context) error {
 			}
 		}()
 	})
+}
+
+// endWhenUntrusted calls end once no verified chain ends at a client CA
+// the gateway still trusts (checked every second), or when ctx ends.
+func (s *Server) endWhenUntrusted(ctx context.Context, end context.CancelFunc, chains [][]*x509.Certificate) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if s.recheckChain(chains) != nil {
+				end()
+				return
+			}
+		}
+	}
 }
 
 // credentialExpiry is when the credential the request authenticated with

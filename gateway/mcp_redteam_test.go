@@ -2,16 +2,21 @@ package gateway
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
 	"io"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,15 +155,17 @@ func TestMCPOneStreamPerSession(t *testing.T) {
 }
 
 // TestAuthClientCertificateExpiredOnOpenConnection: crypto/tls checks a
-// client certificate's validity at the handshake only; a connection kept
-// alive past the certificate's notAfter (or its issuer's) must not keep
-// authenticating requests.
+// client certificate's validity and its CA at the handshake only; a
+// connection kept alive past the certificate's notAfter (or its issuer's),
+// or past a reload that removed its CA, must not keep authenticating
+// requests.
 func TestAuthClientCertificateExpiredOnOpenConnection(t *testing.T) {
 	t.Parallel()
 	ev := &memEvidence{}
 	s := New(Options{
-		ClientCerts: stubCerts{"agent-7": {ID: "agent-7", Roles: []string{wire.RoleAgent}}},
-		Policy:      fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
+		ClientCerts:     stubCerts{"agent-7": {ID: "agent-7", Roles: []string{wire.RoleAgent}}},
+		ClientCATrusted: func(anchor *x509.Certificate) bool { return anchor.Subject.CommonName != "removed CA" },
+		Policy:          fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
 		InstanceID: "test", MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
 	})
 	now := time.Now()
@@ -166,21 +173,28 @@ func TestAuthClientCertificateExpiredOnOpenConnection(t *testing.T) {
 		c.NotBefore, c.NotAfter = now.Add(-time.Hour), now.Add(time.Hour)
 		return c
 	}
+	leaf := func() *x509.Certificate { return valid(&x509.Certificate{Subject: pkix.Name{CommonName: "agent-7"}}) }
+	removed := func() *x509.Certificate {
+		return valid(&x509.Certificate{Subject: pkix.Name{CommonName: "removed CA"}})
+	}
 	for _, tc := range []struct {
-		name  string
-		chain []*x509.Certificate
-		want  int
+		name   string
+		chains [][]*x509.Certificate
+		want   int
+		reason string
 	}{
-		{"valid", []*x509.Certificate{valid(&x509.Certificate{Subject: pkix.Name{CommonName: "agent-7"}}), valid(&x509.Certificate{})}, http.StatusOK},
-		{"leaf expired", []*x509.Certificate{{Subject: pkix.Name{CommonName: "agent-7"}, NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(-time.Minute)}, valid(&x509.Certificate{})}, http.StatusUnauthorized},
-		{"leaf not yet valid", []*x509.Certificate{{Subject: pkix.Name{CommonName: "agent-7"}, NotBefore: now.Add(time.Hour), NotAfter: now.Add(2 * time.Hour)}, valid(&x509.Certificate{})}, http.StatusUnauthorized},
-		{"issuer expired", []*x509.Certificate{valid(&x509.Certificate{Subject: pkix.Name{CommonName: "agent-7"}}), {NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(-time.Minute)}}, http.StatusUnauthorized},
+		{"valid", [][]*x509.Certificate{{leaf(), valid(&x509.Certificate{})}}, http.StatusOK, ""},
+		{"leaf expired", [][]*x509.Certificate{{{Subject: pkix.Name{CommonName: "agent-7"}, NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(-time.Minute)}, valid(&x509.Certificate{})}}, http.StatusUnauthorized, identity.ReasonExpired},
+		{"leaf not yet valid", [][]*x509.Certificate{{{Subject: pkix.Name{CommonName: "agent-7"}, NotBefore: now.Add(time.Hour), NotAfter: now.Add(2 * time.Hour)}, valid(&x509.Certificate{})}}, http.StatusUnauthorized, identity.ReasonExpired},
+		{"issuer expired", [][]*x509.Certificate{{leaf(), {NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(-time.Minute)}}}, http.StatusUnauthorized, identity.ReasonExpired},
+		{"CA removed since the handshake", [][]*x509.Certificate{{leaf(), removed()}}, http.StatusUnauthorized, identity.ReasonCertUntrusted},
+		{"one chain through a removed CA, one through a kept one", [][]*x509.Certificate{{leaf(), removed()}, {leaf(), valid(&x509.Certificate{})}}, http.StatusOK, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			req := httptest.NewRequest(http.MethodPost, "/v1/tool-calls", strings.NewReader(`{"tool":"Count","input":{}}`))
 			req.Header.Set("Content-Type", "application/json")
-			req.TLS = &tls.ConnectionState{PeerCertificates: tc.chain[:1], VerifiedChains: [][]*x509.Certificate{tc.chain}}
+			req.TLS = &tls.ConnectionState{PeerCertificates: tc.chains[0][:1], VerifiedChains: tc.chains}
 			rec := httptest.NewRecorder()
 			s.Handler().ServeHTTP(rec, req)
 			if rec.Code != tc.want {
@@ -188,9 +202,93 @@ func TestAuthClientCertificateExpiredOnOpenConnection(t *testing.T) {
 			}
 			var out wire.ToolCallResponse
 			_ = json.Unmarshal(rec.Body.Bytes(), &out)
-			if tc.want == http.StatusUnauthorized && (out.ReceiptID != "" || out.Output.Error == nil || out.Output.Error.Details["reason"] != identity.ReasonExpired) {
-				t.Errorf("refusal %s: want reason %q and no receipt", rec.Body, identity.ReasonExpired)
+			if tc.want == http.StatusUnauthorized && (out.ReceiptID != "" || out.Output.Error == nil || out.Output.Error.Details["reason"] != tc.reason) {
+				t.Errorf("refusal %s: want reason %q and no receipt", rec.Body, tc.reason)
 			}
 		})
+	}
+}
+
+// TestMCPStreamEndsWhenClientCARemoved: a GET stream opened with a client
+// certificate ends once the certificate's CA is no longer trusted
+// (ClientCATrusted turns false, as after a reload of tls.client_ca_file
+// that dropped it), as the connection's next request would be refused.
+func TestMCPStreamEndsWhenClientCARemoved(t *testing.T) {
+	t.Parallel()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "stream CA"}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leafDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "agent-7"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, ca, &leafKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trusted atomic.Bool
+	trusted.Store(true)
+	ev := &memEvidence{}
+	s := New(Options{
+		ClientCerts:     stubCerts{"agent-7": {ID: "agent-7", Roles: []string{wire.RoleAgent}}},
+		ClientCATrusted: func(anchor *x509.Certificate) bool { return trusted.Load() && anchor.Equal(ca) },
+		Policy:          fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
+		InstanceID: "test", MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+	})
+	ts := httptest.NewUnstartedServer(s.Handler())
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	ts.TLS = &tls.Config{ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	client := ts.Client()
+	client.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}}
+
+	do := func(ctx context.Context, method, sid, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, method, ts.URL+"/mcp", strings.NewReader(body))
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if method == http.MethodGet {
+			req.Header.Set("Accept", "text/event-stream")
+		} else {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if sid != "" {
+			req.Header.Set(headerMCPSession, sid)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := do(t.Context(), http.MethodPost, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	sid := resp.Header.Get(headerMCPSession)
+	if resp.StatusCode != http.StatusOK || sid == "" {
+		t.Fatalf("initialize over mTLS: %d, session %q", resp.StatusCode, sid)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a bound, not an assertion
+	defer cancel()
+	stream := do(ctx, http.MethodGet, sid, "")
+	defer stream.Body.Close()
+	if stream.StatusCode != http.StatusOK {
+		t.Fatalf("GET /mcp over mTLS: %d", stream.StatusCode)
+	}
+	ended := make(chan error, 1)
+	go func() { _, err := io.ReadAll(stream.Body); ended <- err }()
+	select {
+	case err := <-ended:
+		t.Fatalf("the stream ended while its CA was trusted: %v", err)
+	case <-time.After(1500 * time.Millisecond): // more than one check
+	}
+	trusted.Store(false)
+	if err := <-ended; err != nil {
+		t.Fatalf("the stream outlived its CA's removal: %v", err)
 	}
 }

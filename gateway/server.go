@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/x509"
 	_ "embed"
 	"log/slog"
 	"net"
@@ -102,6 +103,12 @@ type Options struct {
 	// ClientCerts, when set, maps client certificates verified at the TLS
 	// handshake to principals (mTLS); nil: certificates name no one.
 	ClientCerts CertMapper
+	// ClientCATrusted, when set, is asked on every request a client
+	// certificate authenticates whether the verified chain's anchor is
+	// still a configured client CA (identity.TLSFiles.TrustsClientCA): a
+	// kept-alive connection outlives a reload that removed its CA. Nil:
+	// the handshake's verification stands for the connection's life.
+	ClientCATrusted func(anchor *x509.Certificate) bool
 	// MCPAllowedOrigins lists the browser origins (scheme://host[:port])
 	// that may call /mcp. Requests carrying any other Origin header are
 	// refused, which defeats DNS rebinding; clients that send no Origin

@@ -20,6 +20,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -617,6 +618,57 @@ trusted_proxies: ["127.0.0.1"]
 	}
 	if !waitLogLine(g, 10*time.Second, "the previous certificate keeps serving") {
 		t.Error("the broken pair was not logged")
+	}
+
+	// Removing a client CA revokes what it issued on connections already
+	// open too, not only at new handshakes: a kept-alive connection made
+	// with goodCert is refused (401 cert_untrusted) on its next request
+	// once clients.pem no longer holds clientCA, and works while it does.
+	replaceFile(t, certFile, c2, 0o644) // the pair loads again, so CA changes are taken
+	keepM := tlsClient(roots, &goodCert, 0)
+	onKept := func() (int, string, bool) {
+		t.Helper()
+		var reused bool
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/tools", nil)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}))
+		resp, err := keepM.Do(req)
+		if err != nil {
+			t.Fatalf("request on the kept mTLS connection: %v", err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		_, reason, _ := errorOf(response{status: resp.StatusCode, body: body})
+		return resp.StatusCode, reason, reused
+	}
+	if st, _, _ := onKept(); st != 200 {
+		t.Fatalf("mTLS before the CA change: %d", st)
+	}
+	waitHandshake := func(cert *tls.Certificate, want bool, what string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			resp, err := tlsClient(roots, cert, 0).Get(base + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+			}
+			if (err == nil) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not seen within 30s (last err %v)", what, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	replaceFile(t, caFile, append(append([]byte{}, clientCA.pem...), otherCA.pem...), 0o644)
+	waitHandshake(&rogue, true, "a second client CA added")
+	if st, reason, reused := onKept(); st != 200 || !reused {
+		t.Errorf("with its CA still in the file, the kept connection: %d %q (reused %v)", st, reason, reused)
+	}
+	replaceFile(t, caFile, otherCA.pem, 0o644)
+	waitHandshake(&goodCert, false, "the first client CA removed")
+	if st, reason, reused := onKept(); st != 401 || reason != "cert_untrusted" || !reused {
+		t.Errorf("after its CA was removed, the kept connection: %d %q (reused %v); want 401 cert_untrusted on the same connection", st, reason, reused)
 	}
 }
 

@@ -93,6 +93,9 @@ func (st *identityStack) wire(o *gateway.Options) {
 	}
 	if st.certs != nil {
 		o.ClientCerts = st.certs
+		if st.tls != nil {
+			o.ClientCATrusted = st.tls.TrustsClientCA
+		}
 	}
 }
 

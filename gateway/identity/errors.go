@@ -24,6 +24,7 @@ const (
 	ReasonKeysUnavailable = "keys_unavailable" // the issuer's keys could not be fetched yet
 	ReasonCertUnmapped    = "cert_unmapped"    // a verified client certificate names no principal
 	ReasonCertAmbiguous   = "cert_ambiguous"   // it names more than one
+	ReasonCertUntrusted   = "cert_untrusted"   // its CA was removed from tls.client_ca_file since the handshake
 )
 
 // Failure is a refused credential. Message is for the client: it says what

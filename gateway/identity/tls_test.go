@@ -382,3 +382,46 @@ func TestMTLSNoResumptionAcrossCARotation(t *testing.T) {
 		t.Errorf("after the client CA was replaced, the old CA's session resumed (resumed=%v, body %q)", st.DidResume, body)
 	}
 }
+
+// TestTrustsClientCA: the per-request trust check follows the loaded
+// client CA file: a CA stays trusted while the file holds it (beside
+// others) and stops being trusted when a reload drops it.
+func TestTrustsClientCA(t *testing.T) {
+	t.Parallel()
+	serverCA, oldCA, newCA := newTestCA(t, "server CA"), newTestCA(t, "old client CA"), newTestCA(t, "new client CA")
+	dir := t.TempDir()
+	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.pem")
+	sc, sk := serverCA.issue(t, nil)
+	write(t, certFile, sc, 0o644)
+	write(t, keyFile, sk, 0o600)
+	write(t, caFile, oldCA.pem, 0o644)
+	tf, err := NewTLSFiles(TLSOptions{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile, ReloadInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		file     []byte
+		old, new bool
+	}{
+		{oldCA.pem, true, false},
+		{append(append([]byte{}, oldCA.pem...), newCA.pem...), true, true},
+		{newCA.pem, false, true},
+	}
+	for i, st := range steps {
+		if i > 0 {
+			write(t, caFile, st.file, 0o644)
+			if _, err := tf.Reload(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := tf.TrustsClientCA(oldCA.cert); got != st.old {
+			t.Errorf("step %d: old CA trusted %v, want %v", i, got, st.old)
+		}
+		if got := tf.TrustsClientCA(newCA.cert); got != st.new {
+			t.Errorf("step %d: new CA trusted %v, want %v", i, got, st.new)
+		}
+	}
+	if tf.TrustsClientCA(nil) || tf.TrustsClientCA(serverCA.cert) {
+		t.Error("nil or a CA never in the file is trusted")
+	}
+}

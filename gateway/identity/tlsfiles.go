@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -59,6 +60,8 @@ type tlsGeneration struct {
 	digest [32]byte
 	leaf   *x509.Certificate
 	cfg    *tls.Config
+	// anchors are the SHA-256 digests of the client CA certificates.
+	anchors map[[32]byte]struct{}
 }
 
 // NewTLSFiles loads the files once; an error here stops serve.
@@ -100,6 +103,19 @@ func (t *TLSFiles) Config() *tls.Config {
 			return t.cur.Load().cfg, nil
 		},
 	}
+}
+
+// TrustsClientCA reports whether anchor, the last certificate of a chain
+// crypto/tls verified at a handshake, is still one of the client CAs now
+// loaded. A connection kept alive outlives a reload that removed its CA;
+// each request asks again, so removing a CA revokes what it issued on
+// open connections too, not only for new handshakes.
+func (t *TLSFiles) TrustsClientCA(anchor *x509.Certificate) bool {
+	if anchor == nil {
+		return false
+	}
+	_, ok := t.cur.Load().anchors[sha256.Sum256(anchor.Raw)]
+	return ok
 }
 
 // Leaf is the certificate being served.
@@ -212,12 +228,16 @@ func (t *TLSFiles) build(certPEM, keyPEM, caPEM []byte) (*tlsGeneration, error) 
 		NextProtos:   []string{"h2", "http/1.1"},
 		Certificates: []tls.Certificate{pair},
 	}
+	var anchors map[[32]byte]struct{}
 	if len(caPEM) > 0 {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(caPEM) {
 			return nil, errors.New("tls.client_ca_file: no PEM certificate in it")
 		}
 		cfg.ClientCAs = pool
+		if anchors, err = certDigests(caPEM); err != nil {
+			return nil, fmt.Errorf("tls.client_ca_file: %w", err)
+		}
 		cfg.ClientAuth = tls.VerifyClientCertIfGiven
 		if t.opts.RequireClientCert {
 			cfg.ClientAuth = tls.RequireAndVerifyClientCert
@@ -231,7 +251,33 @@ func (t *TLSFiles) build(certPEM, keyPEM, caPEM []byte) (*tlsGeneration, error) 
 		return nil, err
 	}
 	cfg.SetSessionTicketKeys([][32]byte{key})
-	return &tlsGeneration{leaf: leaf, cfg: cfg}, nil
+	return &tlsGeneration{leaf: leaf, cfg: cfg, anchors: anchors}, nil
+}
+
+// certDigests are the SHA-256 digests of the DER of each certificate in
+// pemBytes, as x509.CertPool.AppendCertsFromPEM takes them (other blocks
+// and certificates that do not parse are skipped there, and here).
+func certDigests(pemBytes []byte) (map[[32]byte]struct{}, error) {
+	out := map[[32]byte]struct{}{}
+	for len(pemBytes) > 0 {
+		var block *pem.Block
+		block, pemBytes = pem.Decode(pemBytes)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" || len(block.Headers) != 0 {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			continue
+		}
+		out[sha256.Sum256(c.Raw)] = struct{}{}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no certificate in it")
+	}
+	return out, nil
 }
 
 // readPEM reads a PEM file of at most maxPEMBytes. The key file must be
