@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -31,10 +32,44 @@ import (
 // approved calls that lost their runner.
 const recoverEvery = 5
 
-// runClaims are the approved parked calls this process runs now.
+// recoverGrace is how long, on a store shared by replicas, an approved
+// call's run claim must be seen free (on every look in between) before the
+// call is taken for one whose runner died: a live runner whose claim's
+// connection was lost takes the claim again within seconds
+// (evidence/postgres checks it every second), and must not find its
+// running call ended interrupted meanwhile.
+const recoverGrace = 10 * time.Second
+
+// runClaims are the approved parked calls this process runs now, and
+// (freeSince) when other processes' calls were first seen without a live
+// runner.
 type runClaims struct {
-	mu  sync.Mutex
-	ids map[uuid.UUID]bool
+	mu        sync.Mutex
+	ids       map[uuid.UUID]bool
+	freeSince map[uuid.UUID]time.Time
+}
+
+// freeFor records that id's claim was free at now and says for how long
+// it has been free on every look since.
+func (r *runClaims) freeFor(id uuid.UUID, now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.freeSince == nil {
+		r.freeSince = map[uuid.UUID]time.Time{}
+	}
+	first, ok := r.freeSince[id]
+	if !ok {
+		r.freeSince[id] = now
+		return 0
+	}
+	return now.Sub(first)
+}
+
+// held forgets that id's claim was seen free: it is held, or settled.
+func (r *runClaims) held(id uuid.UUID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.freeSince, id)
 }
 
 func (r *runClaims) take(id uuid.UUID) bool {
@@ -110,15 +145,27 @@ func (s *Server) recoverRuns(ctx context.Context) {
 
 func (s *Server) recoverRun(ctx context.Context, id uuid.UUID) {
 	release, ok, err := s.claimRun(ctx, id)
-	if err != nil || !ok {
-		return // a live runner holds it (or the store is unreachable: next time)
+	if err != nil {
+		return // the store is unreachable: next time
+	}
+	if !ok {
+		s.runs.held(id) // a live runner holds it
+		return
 	}
 	defer release()
 	// Read again under the claim: the runner may have ended it meanwhile.
 	pc, err := s.opts.Controls.ParkedCall(ctx, id)
-	if err != nil || pc.Status != wire.ApprovalApproved || len(pc.Response) > 0 {
+	if err != nil {
 		return
 	}
+	if pc.Status != wire.ApprovalApproved || len(pc.Response) > 0 {
+		s.runs.held(id)
+		return
+	}
+	if _, shared := s.opts.Controls.(evidence.RunClaimer); shared && s.runs.freeFor(id, s.opts.Now()) < recoverGrace {
+		return // look again: its runner may be taking its claim back
+	}
+	defer s.runs.held(id)
 	we := wire.Errorf(wire.CodeInternal, "the gateway instance running this approved call stopped before the call's end was recorded; "+
 		"it may or may not have taken effect, and it was not run again")
 	events := []evidence.Event{s.approvalEvent(pc, evidence.ApprovalActionInterrupted, "", we.Message, pc.PolicyRevision)}

@@ -148,3 +148,76 @@ func TestApprovalRunnerDiesRestart(t *testing.T) {
 	g = d.start(t)
 	awaitInterrupted(t, d, g, receipt, file)
 }
+
+// TestApprovalRunnerLosesClaimConnection: on PostgreSQL, the connection
+// that holds a running approved call's run claim dies while its gateway
+// lives (a terminated backend, a proxy's idle timeout). The runner takes
+// its claim back, the other replica does not end the call interrupted,
+// and the call ends with its own outcome, recorded once.
+func TestApprovalRunnerLosesClaimConnection(t *testing.T) {
+	t.Parallel()
+	d1 := newDeployment(t, storePostgres)
+	requireApproval(t, d1, 300, agentFull)
+	d2 := mpSecondInstance(t, d1)
+	g1, g2 := d1.start(t), d2.start(t)
+	_ = g2 // its recovery looks run every 5 s while the call runs
+	file := filepath.Join(d1.scratch, "slow-run")
+	res, a := park(t, g1, d1.keys[agentFull], slowTouchCall(file))
+	answered := make(chan response, 1)
+	go func() {
+		r, err := g1.tryDo(context.Background(), http.MethodPost, "/v1/approvals/"+a.Approval.ID, "Bearer "+d1.keys[approver1],
+			map[string]string{"decision": "approve", "reason": "runs while its claim's connection dies"})
+		if err != nil {
+			r = response{status: -1, body: []byte(err.Error())}
+		}
+		answered <- r
+	}()
+	for deadline := time.Now().Add(30 * time.Second); startedCount(t, file) == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the approved call never started")
+		}
+	}
+	const claimLocks = `FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+	if n := pgQueryInt(t, d1.dbURL, "SELECT count(pg_terminate_backend(pid)) "+claimLocks); n != 1 {
+		t.Fatalf("terminated %d run claim sessions, want the runner's one", n)
+	}
+	var r response
+	select {
+	case r = <-answered:
+	case <-time.After(90 * time.Second): // a bound, not an assertion
+		t.Fatal("the approved call never answered")
+	}
+	if r.status != http.StatusOK || !strings.Contains(string(r.body), `"success":true`) {
+		t.Fatalf("the approved call's own answer: %s", r)
+	}
+	rc, ok := g1.getReceipt(t, res.ReceiptID)
+	if !ok || rc.Outcome == nil || rc.Outcome.Status != "succeeded" {
+		t.Fatalf("receipt of the run whose claim connection died: %s", rc.raw)
+	}
+	st, ok := mpOpenStore(t, d1).(interface {
+		EventsOfReceipt(context.Context, uuid.UUID) ([]evidence.Event, error)
+	})
+	if !ok {
+		t.Fatal("the store does not list a receipt's events")
+	}
+	evs, err := st.EventsOfReceipt(context.Background(), uuid.MustParse(res.ReceiptID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []string
+	for _, e := range evs {
+		if e.Kind == evidence.KindOutcome && e.Outcome != nil {
+			outcomes = append(outcomes, e.Outcome.Status)
+		}
+		if e.Kind == evidence.KindApproval && strings.Contains(string(e.Body), `"`+evidence.ApprovalActionInterrupted+`"`) {
+			t.Errorf("the other replica ended the live run interrupted: %s", e.Body)
+		}
+	}
+	if slices.Contains(outcomes, "interrupted") || !slices.Contains(outcomes, "succeeded") {
+		t.Errorf("outcome events on the receipt %v: want the run's succeeded, no interrupted", outcomes)
+	}
+	if n := lineCount(t, file, "ran"); n != 1 {
+		t.Errorf("the call ran to its end %d times, want 1", n)
+	}
+}

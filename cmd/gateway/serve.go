@@ -505,6 +505,9 @@ func openStack(ctx context.Context, cfg config.Config, log *slog.Logger) (*stack
 	if err != nil {
 		return nil, err
 	}
+	if l, ok := st.store.(interface{ SetLogger(*slog.Logger) }); ok {
+		l.SetLogger(log)
+	}
 	st.evMetrics = newEvidenceMetrics()
 	st.writer = evidence.NewWriter(st.store, evidence.WriterOptions{InstanceID: st.instanceID, Logger: log,
 		CommitTimeout: time.Duration(cfg.Evidence.CommitTimeout), Observe: st.evMetrics.observe})

@@ -89,6 +89,14 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	return s, nil
 }
 
+// SetLogger sends the store's own warnings (partition maintenance, run
+// claims) to l instead of discarding them. Call it before using the store.
+func (s *Store) SetLogger(l *slog.Logger) {
+	if l != nil {
+		s.log = l
+	}
+}
+
 // Migrate applies pending migrations (for `gateway migrate`).
 func Migrate(ctx context.Context, url string) error {
 	cfg, err := pgx.ParseConfig(url)
