@@ -36,6 +36,18 @@ type SQLDialect struct {
 	Time     func(time.Time) any
 	JSON     func([]byte) any
 	NullJSON func(json.RawMessage) any
+
+	// What the receipt filters (SQLEventReads.Receipts) spell each
+	// store's way. JSONField is the text of key in the JSON column col;
+	// HasRule the condition that an event's rule_ids name the rule bound
+	// at placeholder ph; Contains that the text of column col holds the
+	// one bound at ph (lower-cased both); InUUIDs the "IN (...)" or
+	// "= ANY(...)" that matches ids, from the first placeholder, and its
+	// arguments.
+	JSONField func(col, key string) string
+	HasRule   func(ph string) string
+	Contains  func(col, ph string) string
+	InUUIDs   func(ids []uuid.UUID) (string, []any)
 }
 
 // SQL is q, written with ?N placeholders, in the dialect's placeholders.
@@ -308,4 +320,196 @@ func CheckSchema(what string, applied map[int64]bool, versions []int64) error {
 			ErrSchemaMismatch, what, strings.Join(missing, ", "), current, latest)
 	}
 	return nil
+}
+
+// SQLEventReads are the event reads both SQL stores make alike: the same
+// statements in the store's dialect (rebound once, by NewSQLEventReads),
+// run by the store's query, which scans evidence_events rows in the
+// dialect's column order and classifies its own errors. A store embeds
+// them, so they are its Receipt, Receipts, ChainEvents, ChainEventsFrom,
+// EventsOfReceipt and HoldEvents.
+type SQLEventReads struct {
+	name  string
+	d     SQLDialect
+	query func(ctx context.Context, q string, args ...any) ([]Event, error)
+	// selectFrom is "SELECT <columns> FROM evidence_events WHERE ";
+	// the others are the dialect's statements.
+	selectFrom                                             string
+	byReceipt, chain, chainFrom, ofReceipt, holds, outcome string
+}
+
+// NewSQLEventReads are the reads of the store name ("evidence/postgres",
+// the prefix of its errors) in dialect d: columns is the store's
+// evidence_events column list, in the order query scans it.
+func NewSQLEventReads(name string, d SQLDialect, columns string, query func(ctx context.Context, q string, args ...any) ([]Event, error)) SQLEventReads {
+	from := "SELECT " + columns + " FROM evidence_events WHERE "
+	return SQLEventReads{
+		name: name, d: d, query: query, selectFrom: from,
+		byReceipt: d.SQL(from + "receipt_id = ?1"),
+		chain:     d.SQL(from + "chain_id = ?1 ORDER BY chain_seq, id"),
+		chainFrom: d.SQL(from + "chain_id = ?1 AND chain_seq >= ?2 ORDER BY chain_seq, id LIMIT ?3"),
+		ofReceipt: d.SQL(from + "receipt_id = ?1 ORDER BY ts, id"),
+		holds:     d.SQL(from + "kind IN (?1, ?2) ORDER BY ts, id"),
+		outcome:   from + "kind = 'outcome' AND receipt_id ",
+	}
+}
+
+// Receipt returns the receipt with that id, or ErrNotFound.
+func (r SQLEventReads) Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt, error) {
+	evs, err := r.query(ctx, r.byReceipt, r.d.UUID(id))
+	if err != nil {
+		return wire.Receipt{}, fmt.Errorf("%s: receipt %s: %w", r.name, id, err)
+	}
+	return ReceiptFrom(id, evs)
+}
+
+// Receipts lists receipts newest first with keyset pagination over
+// (ts, id): pages stay stable while new receipts arrive.
+func (r SQLEventReads) Receipts(ctx context.Context, f Filter) (wire.ReceiptList, error) {
+	p, err := f.Normalize()
+	if err != nil {
+		return wire.ReceiptList{}, err
+	}
+	where, args := r.d.receiptsWhere(p)
+	q := r.selectFrom + where + " ORDER BY ts DESC, id DESC LIMIT " + r.d.Placeholder(len(args)+1)
+	decisions, err := r.query(ctx, q, append(args, p.Limit+1)...)
+	if err != nil {
+		return wire.ReceiptList{}, fmt.Errorf("%s: list receipts: %w", r.name, err)
+	}
+	list, err := PageReceipts(decisions, p.Limit, func(ids []uuid.UUID) ([]Event, error) {
+		in, inArgs := r.d.InUUIDs(ids)
+		return r.query(ctx, r.outcome+in, inArgs...)
+	})
+	if err != nil {
+		return wire.ReceiptList{}, fmt.Errorf("%s: %w", r.name, err)
+	}
+	return list, nil
+}
+
+// receiptsWhere is the WHERE condition of a page of receipts (without its
+// keyset LIMIT) in the dialect, and its arguments.
+func (d SQLDialect) receiptsWhere(p Page) (string, []any) {
+	var (
+		where = []string{"kind = 'decision'"}
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return d.Placeholder(len(args))
+	}
+	for _, c := range []struct{ col, v string }{
+		{"principal_id", p.Principal}, {"tool", p.Tool}, {"decision", p.Decision}, {"session_id", p.SessionID},
+	} {
+		if c.v != "" {
+			where = append(where, c.col+" = "+arg(c.v))
+		}
+	}
+	// Outcome filters look at the latest outcome, exactly the one
+	// BuildReceipt shows (LatestOutcome: newest by ts, then id), through
+	// the receipt_id index.
+	latest := func(key string) string {
+		return "(SELECT " + d.JSONField("o.outcome", key) + " FROM evidence_events o WHERE o.receipt_id = evidence_events.id" +
+			" AND o.kind = 'outcome' ORDER BY o.ts DESC, o.id DESC LIMIT 1)"
+	}
+	switch p.Status {
+	case "":
+	case wire.StatusPending:
+		where = append(where, "NOT EXISTS (SELECT 1 FROM evidence_events o WHERE o.receipt_id = evidence_events.id AND o.kind = 'outcome')")
+	default:
+		where = append(where, latest("status")+" = "+arg(p.Status))
+	}
+	if p.ErrorCode != "" {
+		where = append(where, latest("error_code")+" = "+arg(p.ErrorCode))
+	}
+	if p.Rule != "" {
+		where = append(where, d.HasRule(arg(p.Rule)))
+	}
+	if p.Needle != "" {
+		// A bound parameter, matched as a substring (no LIKE wildcards
+		// to escape).
+		n := arg(p.Needle)
+		where = append(where, "("+d.Contains("args", n)+" OR "+d.Contains("reasons", n)+")")
+	}
+	if !p.Since.IsZero() {
+		where = append(where, "ts >= "+arg(d.Time(NormalizeTime(p.Since))))
+	}
+	if !p.Until.IsZero() {
+		where = append(where, "ts < "+arg(d.Time(NormalizeTime(p.Until))))
+	}
+	if p.After {
+		where = append(where, "(ts, id) < ("+arg(d.Time(p.AfterTime))+", "+arg(d.UUID(p.AfterID))+")")
+	}
+	return strings.Join(where, " AND "), args
+}
+
+// ChainEvents returns one chain's events in sequence order.
+func (r SQLEventReads) ChainEvents(ctx context.Context, chainID uuid.UUID) ([]Event, error) {
+	evs, err := r.query(ctx, r.chain, r.d.UUID(chainID))
+	if err != nil {
+		return nil, fmt.Errorf("%s: chain %s: %w", r.name, chainID, err)
+	}
+	return evs, nil
+}
+
+// ChainEventsFrom returns up to limit events of a chain from sequence from.
+func (r SQLEventReads) ChainEventsFrom(ctx context.Context, chainID uuid.UUID, from int64, limit int) ([]Event, error) {
+	evs, err := r.query(ctx, r.chainFrom, r.d.UUID(chainID), from, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: chain %s from %d: %w", r.name, chainID, from, err)
+	}
+	return evs, nil
+}
+
+// EventsOfReceipt returns the events of one receipt.
+func (r SQLEventReads) EventsOfReceipt(ctx context.Context, id uuid.UUID) ([]Event, error) {
+	evs, err := r.query(ctx, r.ofReceipt, r.d.UUID(id))
+	if err != nil {
+		return nil, fmt.Errorf("%s: events of receipt %s: %w", r.name, id, err)
+	}
+	return evs, nil
+}
+
+// HoldEvents returns every stored legal_hold and legal_hold_release event,
+// oldest first, from the (kind, ts) index of the non-receipt kinds.
+func (r SQLEventReads) HoldEvents(ctx context.Context) ([]Event, error) {
+	evs, err := r.query(ctx, r.holds, KindLegalHold, KindLegalHoldRelease)
+	if err != nil {
+		return nil, fmt.Errorf("%s: legal hold events: %w", r.name, err)
+	}
+	return evs, nil
+}
+
+// SQLRows is what both drivers' result rows (pgx.Rows, *sql.Rows) offer
+// a row loop; the caller closes them.
+type SQLRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// SQLVersions selects goose's bookkeeping rows from its version table
+// (always the store's constant name) for AppliedVersions.
+func SQLVersions(table string) string {
+	return "SELECT version_id, is_applied FROM " + table + " ORDER BY id"
+}
+
+// AppliedVersions reads the rows of SQLVersions: version to whether it is
+// applied, the last row of a version winning, as goose records them.
+// CheckSchema takes the map.
+func AppliedVersions(rows SQLRows) (map[int64]bool, error) {
+	applied := map[int64]bool{}
+	for rows.Next() {
+		var (
+			v  int64
+			ok bool
+		)
+		if err := rows.Scan(&v, &ok); err != nil {
+			return nil, err
+		}
+		applied[v] = ok
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return applied, nil
 }

@@ -159,11 +159,24 @@ func (s *Store) QuotaUsage(ctx context.Context, key string, limit int) ([]wire.Q
 
 // dialect is how the statements both stores share are written here.
 var dialect = evidence.SQLDialect{
-	Dollar:   true,
-	UUID:     func(id uuid.UUID) any { return pgUUID(id) },
-	Time:     func(t time.Time) any { return t },
-	JSON:     func(b []byte) any { return b },
-	NullJSON: func(b json.RawMessage) any { return jsonOrNil(b) },
+	Dollar:    true,
+	UUID:      func(id uuid.UUID) any { return pgUUID(id) },
+	Time:      func(t time.Time) any { return t },
+	JSON:      func(b []byte) any { return b },
+	NullJSON:  func(b json.RawMessage) any { return jsonOrNil(b) },
+	JSONField: func(col, key string) string { return col + "->>'" + key + "'" },
+	// Served by the GIN index on rule_ids (migration 00004).
+	HasRule: func(ph string) string { return "rule_ids @> ARRAY[" + ph + "]::text[]" },
+	Contains: func(col, ph string) string {
+		return "strpos(lower(coalesce(" + col + "::text, '')), lower(" + ph + "::text)) > 0"
+	},
+	InUUIDs: func(ids []uuid.UUID) (string, []any) {
+		pg := make([]pgtype.UUID, len(ids))
+		for i, id := range ids {
+			pg[i] = pgUUID(id)
+		}
+		return "= ANY($1)", []any{pg}
+	},
 }
 
 // The shared statements, rebound once.

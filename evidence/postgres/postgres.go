@@ -28,7 +28,6 @@ import (
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/internal/rowcodec"
 	"github.com/portcullis/portcullis/migrations"
-	"github.com/portcullis/portcullis/wire"
 )
 
 // versionTable is goose's bookkeeping table, named for the project so it
@@ -47,6 +46,9 @@ type Store struct {
 	q   querier
 	ro  *readOnly
 	log *slog.Logger
+	// eventReads are Receipt, Receipts and the other event reads, over
+	// query (sqlstore.go in evidence).
+	eventReads
 
 	// quotas group-commits quota draws (controls.go).
 	quotas evidence.QuotaBatch
@@ -57,6 +59,16 @@ type Store struct {
 }
 
 var _ evidence.Store = (*Store)(nil)
+
+// eventReads, embedded in Store, lends it the reads both SQL stores share.
+type eventReads = evidence.SQLEventReads
+
+// newStore is a store on pool that reads through q, its reads bound.
+func newStore(pool *pgxpool.Pool, q querier, ro *readOnly) *Store {
+	s := &Store{pool: pool, q: q, ro: ro, log: slog.New(slog.DiscardHandler), stop: make(chan struct{})}
+	s.eventReads = evidence.NewSQLEventReads("evidence/postgres", dialect, selectCols, s.query)
+	return s
+}
 
 // Open connects, applies pending migrations (safe with several replicas
 // starting at once: goose holds a session advisory lock), makes sure the
@@ -79,7 +91,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	s := &Store{pool: pool, q: pool, log: slog.New(slog.DiscardHandler), stop: make(chan struct{})}
+	s := newStore(pool, pool, nil)
 	if err := s.EnsurePartitions(ctx, time.Now()); err != nil {
 		pool.Close()
 		return nil, err
@@ -397,95 +409,6 @@ func (s *Store) query(ctx context.Context, sql string, args ...any) ([]evidence.
 	return evs, nil
 }
 
-// Receipt returns the receipt with that id, or evidence.ErrNotFound.
-func (s *Store) Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE receipt_id = $1", pgUUID(id))
-	if err != nil {
-		return wire.Receipt{}, fmt.Errorf("evidence/postgres: receipt %s: %w", id, err)
-	}
-	return evidence.ReceiptFrom(id, evs)
-}
-
-// Receipts lists receipts newest first with keyset pagination over
-// (ts, id): pages stay stable while new receipts arrive.
-func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptList, error) {
-	p, err := f.Normalize()
-	if err != nil {
-		return wire.ReceiptList{}, err
-	}
-	var (
-		where = []string{"kind = 'decision'"}
-		args  []any
-	)
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
-	if p.Principal != "" {
-		where = append(where, "principal_id = "+arg(p.Principal))
-	}
-	if p.Tool != "" {
-		where = append(where, "tool = "+arg(p.Tool))
-	}
-	if p.Decision != "" {
-		where = append(where, "decision = "+arg(p.Decision))
-	}
-	if p.SessionID != "" {
-		where = append(where, "session_id = "+arg(p.SessionID))
-	}
-	// Outcome filters look at the latest outcome, exactly the one
-	// BuildReceipt shows (LatestOutcome: newest by ts, then id), through
-	// the receipt_id index.
-	const latest = "(SELECT o.outcome->>'%s' FROM evidence_events o WHERE o.receipt_id = evidence_events.id" +
-		" AND o.kind = 'outcome' ORDER BY o.ts DESC, o.id DESC LIMIT 1)"
-	switch p.Status {
-	case "":
-	case wire.StatusPending:
-		where = append(where, "NOT EXISTS (SELECT 1 FROM evidence_events o WHERE o.receipt_id = evidence_events.id AND o.kind = 'outcome')")
-	default:
-		where = append(where, fmt.Sprintf(latest, "status")+" = "+arg(p.Status))
-	}
-	if p.ErrorCode != "" {
-		where = append(where, fmt.Sprintf(latest, "error_code")+" = "+arg(p.ErrorCode))
-	}
-	if p.Rule != "" {
-		// Served by the GIN index on rule_ids (migration 00004).
-		where = append(where, "rule_ids @> ARRAY["+arg(p.Rule)+"]::text[]")
-	}
-	if p.Needle != "" {
-		// A bound parameter, matched with strpos (no LIKE wildcards to
-		// escape).
-		n := arg(p.Needle)
-		where = append(where, "(strpos(lower(coalesce(args::text, '')), lower("+n+"::text)) > 0 OR strpos(lower(coalesce(reasons::text, '')), lower("+n+"::text)) > 0)")
-	}
-	if !p.Since.IsZero() {
-		where = append(where, "ts >= "+arg(evidence.NormalizeTime(p.Since)))
-	}
-	if !p.Until.IsZero() {
-		where = append(where, "ts < "+arg(evidence.NormalizeTime(p.Until)))
-	}
-	if p.After {
-		where = append(where, "(ts, id) < ("+arg(p.AfterTime)+", "+arg(pgUUID(p.AfterID))+")")
-	}
-	q := "SELECT " + selectCols + " FROM evidence_events WHERE " + strings.Join(where, " AND ") +
-		" ORDER BY ts DESC, id DESC LIMIT " + arg(p.Limit+1)
-	decisions, err := s.query(ctx, q, args...)
-	if err != nil {
-		return wire.ReceiptList{}, fmt.Errorf("evidence/postgres: list receipts: %w", err)
-	}
-	list, err := evidence.PageReceipts(decisions, p.Limit, func(ids []uuid.UUID) ([]evidence.Event, error) {
-		pg := make([]pgtype.UUID, len(ids))
-		for i, id := range ids {
-			pg[i] = pgUUID(id)
-		}
-		return s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind = 'outcome' AND receipt_id = ANY($1)", pg)
-	})
-	if err != nil {
-		return wire.ReceiptList{}, fmt.Errorf("evidence/postgres: %w", err)
-	}
-	return list, nil
-}
-
 // PendingDecisions lists the instance's allow decisions without outcome.
 func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
 	ids, err := s.queryIDs(ctx, sqlPendingDecisions, instanceID)
@@ -528,15 +451,6 @@ func (s *Store) ChainHead(ctx context.Context, instanceID string) (uuid.UUID, in
 		return uuid.Nil, 0, nil, fmt.Errorf("evidence/postgres: chain head: %w", classify(err))
 	}
 	return chain.Bytes, seq, hash, nil
-}
-
-// ChainEvents returns one chain's events in sequence order.
-func (s *Store) ChainEvents(ctx context.Context, chainID uuid.UUID) ([]evidence.Event, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE chain_id = $1 ORDER BY chain_seq, id", pgUUID(chainID))
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: chain %s: %w", chainID, err)
-	}
-	return evs, nil
 }
 
 // Ping checks the database answers.

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -163,10 +165,25 @@ func (s *Store) QuotaUsage(ctx context.Context, key string, limit int) ([]wire.Q
 
 // dialect is how the statements both stores share are written here.
 var dialect = evidence.SQLDialect{
-	UUID:     func(id uuid.UUID) any { return id.String() },
-	Time:     func(t time.Time) any { return t.UnixMicro() },
-	JSON:     func(b []byte) any { return string(b) },
-	NullJSON: func(b json.RawMessage) any { return nullable(b) },
+	UUID:      func(id uuid.UUID) any { return id.String() },
+	Time:      func(t time.Time) any { return t.UnixMicro() },
+	JSON:      func(b []byte) any { return string(b) },
+	NullJSON:  func(b json.RawMessage) any { return nullable(b) },
+	JSONField: func(col, key string) string { return "json_extract(" + col + ", '$." + key + "')" },
+	// evidence_rule_ids is the index of rule_ids (migration 00004).
+	HasRule: func(ph string) string {
+		return "id IN (SELECT event_id FROM evidence_rule_ids WHERE rule_id = " + ph + ")"
+	},
+	// lower() folds ASCII letters only.
+	Contains: func(col, ph string) string { return "instr(lower(coalesce(" + col + ", '')), lower(" + ph + ")) > 0" },
+	InUUIDs: func(ids []uuid.UUID) (string, []any) {
+		ph := make([]string, len(ids))
+		args := make([]any, len(ids))
+		for i, id := range ids {
+			ph[i], args[i] = "?"+strconv.Itoa(i+1), id.String()
+		}
+		return "IN (" + strings.Join(ph, ", ") + ")", args
+	},
 }
 
 // ParkCall stores a pending parked call.

@@ -14,17 +14,6 @@ import (
 
 var _ evidence.HoldStore = (*Store)(nil)
 
-// HoldEvents returns every stored legal_hold and legal_hold_release event,
-// oldest first, from the (kind, ts) index of the non-receipt kinds.
-func (s *Store) HoldEvents(ctx context.Context) ([]evidence.Event, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind IN (?, ?) ORDER BY ts, id",
-		evidence.KindLegalHold, evidence.KindLegalHoldRelease)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: legal hold events: %w", err)
-	}
-	return evs, nil
-}
-
 // holdSems serializes legal hold locks within this process, per file (on
 // systems without flock, lockFileWait does not).
 var holdSems sync.Map // path -> chan struct{}

@@ -71,25 +71,6 @@ func (s *Store) ActiveChains(ctx context.Context) ([]evidence.ChainInfo, error) 
 	return cs, nil
 }
 
-// ChainEventsFrom returns up to limit events of a chain from sequence from.
-func (s *Store) ChainEventsFrom(ctx context.Context, chainID uuid.UUID, from int64, limit int) ([]evidence.Event, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE chain_id = ? AND chain_seq >= ? ORDER BY chain_seq, id LIMIT ?",
-		chainID.String(), from, limit)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: chain %s from %d: %w", chainID, from, err)
-	}
-	return evs, nil
-}
-
-// EventsOfReceipt returns the events of one receipt.
-func (s *Store) EventsOfReceipt(ctx context.Context, id uuid.UUID) ([]evidence.Event, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE receipt_id = ? ORDER BY ts, id", id.String())
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: events of receipt %s: %w", id, err)
-	}
-	return evs, nil
-}
-
 // TreeHeads returns the tree size and each chain's last sequence in it.
 func (s *Store) TreeHeads(ctx context.Context) (int64, map[uuid.UUID]int64, error) {
 	var size int64

@@ -25,7 +25,6 @@ import (
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/internal/rowcodec"
 	"github.com/portcullis/portcullis/migrations"
-	"github.com/portcullis/portcullis/wire"
 )
 
 const versionTable = "portcullis_schema_version"
@@ -47,9 +46,21 @@ type Store struct {
 	lead sync.Mutex
 	// quotas group-commits quota draws (controls.go).
 	quotas evidence.QuotaBatch
+	// eventReads are Receipt, Receipts and the other event reads, over
+	// query (sqlstore.go in evidence).
+	eventReads
 }
 
 var _ evidence.Store = (*Store)(nil)
+
+// eventReads, embedded in Store, lends it the reads both SQL stores share.
+type eventReads = evidence.SQLEventReads
+
+// withReads is s with its reads bound to its query.
+func withReads(s *Store) *Store {
+	s.eventReads = evidence.NewSQLEventReads("evidence/sqlite", dialect, selectCols, s.query)
+	return s
+}
 
 func dsn(path string, readOnly bool) (string, error) {
 	if path == "" || strings.ContainsAny(path, "?#") {
@@ -110,7 +121,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		r.Close()
 		return nil, fmt.Errorf("evidence/sqlite: prepare insert: %w", classify(err))
 	}
-	return &Store{writer: w, reader: r, q: r, insert: ins, leadPath: path + "-lead"}, nil
+	return withReads(&Store{writer: w, reader: r, q: r, insert: ins, leadPath: path + "-lead"}), nil
 }
 
 // Migrate applies pending migrations to the database file.
@@ -351,91 +362,6 @@ func (s *Store) query(ctx context.Context, q string, args ...any) ([]evidence.Ev
 	return out, nil
 }
 
-// Receipt returns the receipt with that id, or evidence.ErrNotFound.
-func (s *Store) Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE receipt_id = ?", id.String())
-	if err != nil {
-		return wire.Receipt{}, fmt.Errorf("evidence/sqlite: receipt %s: %w", id, err)
-	}
-	return evidence.ReceiptFrom(id, evs)
-}
-
-// Receipts lists receipts newest first with keyset pagination over (ts, id).
-func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptList, error) {
-	p, err := f.Normalize()
-	if err != nil {
-		return wire.ReceiptList{}, err
-	}
-	where := []string{"kind = 'decision'"}
-	var args []any
-	add := func(cond string, v ...any) {
-		where = append(where, cond)
-		args = append(args, v...)
-	}
-	if p.Principal != "" {
-		add("principal_id = ?", p.Principal)
-	}
-	if p.Tool != "" {
-		add("tool = ?", p.Tool)
-	}
-	if p.Decision != "" {
-		add("decision = ?", p.Decision)
-	}
-	if p.SessionID != "" {
-		add("session_id = ?", p.SessionID)
-	}
-	// Outcome filters look at the latest outcome, exactly the one
-	// BuildReceipt shows (LatestOutcome: newest by ts, then id).
-	const latest = "(SELECT json_extract(o.outcome, '$.%s') FROM evidence_events o WHERE o.receipt_id = evidence_events.id" +
-		" AND o.kind = 'outcome' ORDER BY o.ts DESC, o.id DESC LIMIT 1)"
-	switch p.Status {
-	case "":
-	case wire.StatusPending:
-		add("NOT EXISTS (SELECT 1 FROM evidence_events o WHERE o.receipt_id = evidence_events.id AND o.kind = 'outcome')")
-	default:
-		add(fmt.Sprintf(latest, "status")+" = ?", p.Status)
-	}
-	if p.ErrorCode != "" {
-		add(fmt.Sprintf(latest, "error_code")+" = ?", p.ErrorCode)
-	}
-	if p.Rule != "" {
-		// evidence_rule_ids is the index of rule_ids (migration 00004).
-		add("id IN (SELECT event_id FROM evidence_rule_ids WHERE rule_id = ?)", p.Rule)
-	}
-	if p.Needle != "" {
-		// A bound parameter, matched with instr (no LIKE wildcards to
-		// escape); lower() folds ASCII letters only.
-		add("(instr(lower(coalesce(args, '')), lower(?)) > 0 OR instr(lower(coalesce(reasons, '')), lower(?)) > 0)", p.Needle, p.Needle)
-	}
-	if !p.Since.IsZero() {
-		add("ts >= ?", evidence.NormalizeTime(p.Since).UnixMicro())
-	}
-	if !p.Until.IsZero() {
-		add("ts < ?", evidence.NormalizeTime(p.Until).UnixMicro())
-	}
-	if p.After {
-		add("(ts, id) < (?, ?)", p.AfterTime.UnixMicro(), p.AfterID.String())
-	}
-	args = append(args, p.Limit+1)
-	decisions, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE "+strings.Join(where, " AND ")+
-		" ORDER BY ts DESC, id DESC LIMIT ?", args...)
-	if err != nil {
-		return wire.ReceiptList{}, fmt.Errorf("evidence/sqlite: list receipts: %w", err)
-	}
-	list, err := evidence.PageReceipts(decisions, p.Limit, func(ids []uuid.UUID) ([]evidence.Event, error) {
-		args := make([]any, len(ids))
-		for i, id := range ids {
-			args[i] = id.String()
-		}
-		return s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind = 'outcome' AND receipt_id IN ("+
-			strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")+")", args...)
-	})
-	if err != nil {
-		return wire.ReceiptList{}, fmt.Errorf("evidence/sqlite: %w", err)
-	}
-	return list, nil
-}
-
 // PendingDecisions lists the instance's allow decisions without outcome.
 func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
 	ids, err := queryAll(ctx, s.q, evidence.SQLPendingDecisions, []any{instanceID}, scanID)
@@ -464,15 +390,6 @@ func (s *Store) ChainHead(ctx context.Context, instanceID string) (uuid.UUID, in
 		return uuid.Nil, 0, nil, fmt.Errorf("evidence/sqlite: stored chain_id %q: %w", chain, err)
 	}
 	return id, seq, hash, nil
-}
-
-// ChainEvents returns one chain's events in sequence order.
-func (s *Store) ChainEvents(ctx context.Context, chainID uuid.UUID) ([]evidence.Event, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE chain_id = ? ORDER BY chain_seq, id", chainID.String())
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: chain %s: %w", chainID, err)
-	}
-	return evs, nil
 }
 
 // Ping checks the file can be read.
