@@ -41,13 +41,27 @@ type SQLDialect struct {
 	// store's way. JSONField is the text of key in the JSON column col;
 	// HasRule the condition that an event's rule_ids name the rule bound
 	// at placeholder ph; Contains that the text of column col holds the
-	// one bound at ph (lower-cased both); InUUIDs the "IN (...)" or
-	// "= ANY(...)" that matches ids, from the first placeholder, and its
-	// arguments.
+	// one bound at ph (lower-cased both). UUIDArray, when set, is ids
+	// as one array argument (matched with = ANY); without it a list of
+	// ids is matched with IN and one argument each (inUUIDs).
 	JSONField func(col, key string) string
 	HasRule   func(ph string) string
 	Contains  func(col, ph string) string
-	InUUIDs   func(ids []uuid.UUID) (string, []any)
+	UUIDArray func(ids []uuid.UUID) any
+}
+
+// inUUIDs is the condition, from the first placeholder, that a column is
+// one of ids ("= ANY($1)" or "IN (?1, ?2, ...)"), and its arguments.
+func (d SQLDialect) inUUIDs(ids []uuid.UUID) (string, []any) {
+	if d.UUIDArray != nil {
+		return "= ANY(" + d.Placeholder(1) + ")", []any{d.UUIDArray(ids)}
+	}
+	ph := make([]string, len(ids))
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		ph[i], args[i] = d.Placeholder(i+1), d.UUID(id)
+	}
+	return "IN (" + strings.Join(ph, ", ") + ")", args
 }
 
 // SQL is q, written with ?N placeholders, in the dialect's placeholders.
@@ -377,7 +391,7 @@ func (r SQLEventReads) Receipts(ctx context.Context, f Filter) (wire.ReceiptList
 		return wire.ReceiptList{}, fmt.Errorf("%s: list receipts: %w", r.name, err)
 	}
 	list, err := PageReceipts(decisions, p.Limit, func(ids []uuid.UUID) ([]Event, error) {
-		in, inArgs := r.d.InUUIDs(ids)
+		in, inArgs := r.d.inUUIDs(ids)
 		return r.query(ctx, r.outcome+in, inArgs...)
 	})
 	if err != nil {

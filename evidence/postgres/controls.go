@@ -170,12 +170,12 @@ var dialect = evidence.SQLDialect{
 	Contains: func(col, ph string) string {
 		return "strpos(lower(coalesce(" + col + "::text, '')), lower(" + ph + "::text)) > 0"
 	},
-	InUUIDs: func(ids []uuid.UUID) (string, []any) {
+	UUIDArray: func(ids []uuid.UUID) any {
 		pg := make([]pgtype.UUID, len(ids))
 		for i, id := range ids {
 			pg[i] = pgUUID(id)
 		}
-		return "= ANY($1)", []any{pg}
+		return pg
 	},
 }
 

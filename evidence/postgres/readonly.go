@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/evidence/internal/schema"
 )
 
 // errReadOnly refuses every write to a store opened with OpenReadOnly.
@@ -106,9 +107,5 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var known []int64
-	for _, src := range p.ListSources() {
-		known = append(known, src.Version)
-	}
-	return evidence.CheckSchema("the database", applied, known)
+	return evidence.CheckSchema("the database", applied, schema.Versions(p))
 }

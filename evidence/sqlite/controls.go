@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,14 +27,7 @@ const approvalKindVersion = 8
 const approvalKinds = `'checkpoint', 'retention', 'legal_hold', 'legal_hold_release', 'approval')`
 
 func approvalKindMigration() *goose.Migration {
-	return goose.NewGoMigration(approvalKindVersion,
-		&goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
-			return rebuildEvents(ctx, tx, newKinds, approvalKinds, deleteTrigger)
-		}},
-		&goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
-			return rebuildEvents(ctx, tx, approvalKinds, newKinds, deleteTrigger)
-		}},
-	)
+	return kindsMigration(approvalKindVersion, newKinds, approvalKinds, deleteTrigger, deleteTrigger)
 }
 
 // ConsumeQuotas draws on every quota, all or none, group-committed on
@@ -176,14 +167,6 @@ var dialect = evidence.SQLDialect{
 	},
 	// lower() folds ASCII letters only.
 	Contains: func(col, ph string) string { return "instr(lower(coalesce(" + col + ", '')), lower(" + ph + ")) > 0" },
-	InUUIDs: func(ids []uuid.UUID) (string, []any) {
-		ph := make([]string, len(ids))
-		args := make([]any, len(ids))
-		for i, id := range ids {
-			ph[i], args[i] = "?"+strconv.Itoa(i+1), id.String()
-		}
-		return "IN (" + strings.Join(ph, ", ") + ")", args
-	},
 }
 
 // ParkCall stores a pending parked call.

@@ -94,12 +94,19 @@ BEGIN
 END`
 
 func holdsMigration() *goose.Migration {
-	return goose.NewGoMigration(holdsVersion,
+	return kindsMigration(holdsVersion, oldKinds, newKinds, deleteTrigger, retentionDeleteTrigger)
+}
+
+// kindsMigration is the Go migration version that rebuilds evidence_events
+// (rebuildEvents) with its kind list changed from from to to and the
+// DELETE trigger upTrigger, and down again with downTrigger.
+func kindsMigration(version int64, from, to, upTrigger, downTrigger string) *goose.Migration {
+	return goose.NewGoMigration(version,
 		&goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
-			return rebuildEvents(ctx, tx, oldKinds, newKinds, deleteTrigger)
+			return rebuildEvents(ctx, tx, from, to, upTrigger)
 		}},
 		&goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
-			return rebuildEvents(ctx, tx, newKinds, oldKinds, retentionDeleteTrigger)
+			return rebuildEvents(ctx, tx, to, from, downTrigger)
 		}},
 	)
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/evidence/internal/schema"
 )
 
 // errReadOnly refuses every write to a store opened with OpenReadOnly.
@@ -155,11 +156,7 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var known []int64
-	for _, src := range p.ListSources() {
-		known = append(known, src.Version)
-	}
-	return evidence.CheckSchema(s.ro.path, applied, known)
+	return evidence.CheckSchema(s.ro.path, applied, schema.Versions(p))
 }
 
 // ErrChangedWhileRead means an immutable read-only store's file changed

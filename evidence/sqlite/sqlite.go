@@ -24,6 +24,7 @@ import (
 
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/internal/rowcodec"
+	"github.com/portcullis/portcullis/evidence/internal/schema"
 	"github.com/portcullis/portcullis/migrations"
 )
 
@@ -177,15 +178,9 @@ func MigrationStatus(ctx context.Context, path string) (current, latest int64, e
 	if err != nil {
 		return 0, 0, err
 	}
-	statuses, err := p.Status(ctx)
+	current, latest, err = schema.Status(ctx, p)
 	if err != nil {
 		return 0, 0, fmt.Errorf("evidence/sqlite: migration status: %w", classify(err))
-	}
-	for _, st := range statuses {
-		latest = max(latest, st.Source.Version)
-		if st.State == goose.StateApplied {
-			current = max(current, st.Source.Version)
-		}
 	}
 	return current, latest, nil
 }
