@@ -6,10 +6,8 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -31,9 +29,8 @@ import (
 	"github.com/portcullis/portcullis/migrations"
 )
 
-// versionTable is goose's bookkeeping table, named for the project so it
-// never collides with another goose user of a shared database.
-const versionTable = "portcullis_schema_version"
+// versionTable is goose's bookkeeping table.
+const versionTable = schema.VersionTable
 
 // partitionInterval is how often the store makes sure next month's
 // partition exists while the gateway runs for months.
@@ -121,51 +118,31 @@ func MigrationStatus(ctx context.Context, url string) (current, latest int64, er
 	}
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
-	p, err := newProvider(db)
-	if err != nil {
-		return 0, 0, err
-	}
-	current, latest, err = schema.Status(ctx, p)
-	if err != nil {
-		return 0, 0, fmt.Errorf("evidence/postgres: migration status: %w", classify(err))
-	}
-	return current, latest, nil
+	return migrator.Status(ctx, db)
 }
 
-func newProvider(db *sql.DB) (*goose.Provider, error) {
-	sub, err := fs.Sub(migrations.FS, migrations.PostgresDir)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: migrations: %w", err)
-	}
-	// Poll the advisory lock every second (goose's default is 5 s) for up
-	// to 5 minutes, so replicas that lost the race start quickly.
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: migration locker: %w", err)
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, sub,
-		goose.WithTableName(versionTable),
-		goose.WithSessionLocker(locker),
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithSlog(slog.New(slog.DiscardHandler)),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: migrations: %w", err)
-	}
-	return p, nil
+// migrator runs the PostgreSQL migrations.
+var migrator = schema.Migrator{
+	Name:    "evidence/postgres",
+	Dialect: goose.DialectPostgres,
+	Dir:     migrations.PostgresDir,
+	Options: func() ([]goose.ProviderOption, error) {
+		// Poll the advisory lock every second (goose's default is 5 s)
+		// for up to 5 minutes, so replicas that lost the race start
+		// quickly.
+		locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
+		if err != nil {
+			return nil, fmt.Errorf("evidence/postgres: migration locker: %w", err)
+		}
+		return []goose.ProviderOption{goose.WithSessionLocker(locker)}, nil
+	},
+	Classify: classify,
 }
 
 func migrate(ctx context.Context, cfg *pgx.ConnConfig) error {
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
-	p, err := newProvider(db)
-	if err != nil {
-		return err
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("evidence/postgres: migrate: %w", classify(err))
-	}
-	return nil
+	return migrator.Up(ctx, db)
 }
 
 // redactURLError keeps a database password out of parse errors, which
@@ -481,12 +458,7 @@ func (s *Store) MigrateDownTo(ctx context.Context, v int64) error {
 	}
 	db := stdlib.OpenDBFromPool(s.pool)
 	defer db.Close()
-	p, err := newProvider(db)
-	if err != nil {
-		return err
-	}
-	_, err = p.DownTo(ctx, v)
-	return err
+	return migrator.DownTo(ctx, db, v)
 }
 
 // Close stops maintenance and closes the pool.

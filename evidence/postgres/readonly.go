@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/portcullis/portcullis/evidence"
-	"github.com/portcullis/portcullis/evidence/internal/schema"
 )
 
 // errReadOnly refuses every write to a store opened with OpenReadOnly.
@@ -103,9 +102,9 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	}
 	db := stdlib.OpenDBFromPool(s.pool)
 	defer db.Close()
-	p, err := newProvider(db)
+	known, err := migrator.Versions(db)
 	if err != nil {
 		return err
 	}
-	return evidence.CheckSchema("the database", applied, schema.Versions(p))
+	return evidence.CheckSchema("the database", applied, known)
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 
 	"github.com/portcullis/portcullis/evidence"
-	"github.com/portcullis/portcullis/evidence/internal/schema"
 )
 
 // errReadOnly refuses every write to a store opened with OpenReadOnly.
@@ -152,11 +151,11 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("evidence/sqlite: schema version: %w", classify(err))
 	}
-	p, err := newProvider(s.reader)
+	known, err := migrator.Versions(s.reader)
 	if err != nil {
 		return err
 	}
-	return evidence.CheckSchema(s.ro.path, applied, schema.Versions(p))
+	return evidence.CheckSchema(s.ro.path, applied, known)
 }
 
 // ErrChangedWhileRead means an immutable read-only store's file changed

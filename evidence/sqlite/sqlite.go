@@ -10,8 +10,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
-	"log/slog"
 	"net/url"
 	"strings"
 	"sync"
@@ -28,7 +26,8 @@ import (
 	"github.com/portcullis/portcullis/migrations"
 )
 
-const versionTable = "portcullis_schema_version"
+// versionTable is goose's bookkeeping table.
+const versionTable = schema.VersionTable
 
 // Store is the SQLite evidence.Store.
 type Store struct {
@@ -149,7 +148,7 @@ func openLocked(ctx context.Context, path string, db *sql.DB) error {
 	if err := db.PingContext(ctx); err != nil {
 		return fmt.Errorf("evidence/sqlite: open %s: %w", path, classify(err))
 	}
-	return migrateDB(ctx, db)
+	return migrator.Up(ctx, db)
 }
 
 // migrateLocked migrates while holding the file "<path>-migrate" locked, so
@@ -162,7 +161,7 @@ func migrateLocked(ctx context.Context, path string, db *sql.DB) error {
 		return fmt.Errorf("evidence/sqlite: migration lock %s-migrate: %w", path, err)
 	}
 	defer unlock()
-	return migrateDB(ctx, db)
+	return migrator.Up(ctx, db)
 }
 
 // MigrationStatus reports the applied schema version (0 on a fresh file)
@@ -174,44 +173,21 @@ func MigrationStatus(ctx context.Context, path string) (current, latest int64, e
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	p, err := newProvider(db)
-	if err != nil {
-		return 0, 0, err
-	}
-	current, latest, err = schema.Status(ctx, p)
-	if err != nil {
-		return 0, 0, fmt.Errorf("evidence/sqlite: migration status: %w", classify(err))
-	}
-	return current, latest, nil
+	return migrator.Status(ctx, db)
 }
 
-func newProvider(db *sql.DB) (*goose.Provider, error) {
-	sub, err := fs.Sub(migrations.FS, migrations.SQLiteDir)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: migrations: %w", err)
-	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub,
-		goose.WithTableName(versionTable),
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithGoMigrations(holdsMigration(), // 5: legal holds (holds.go)
-			approvalKindMigration()), // 8: the approval event kind (controls.go)
-		goose.WithSlog(slog.New(slog.DiscardHandler)),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: migrations: %w", err)
-	}
-	return p, nil
-}
-
-func migrateDB(ctx context.Context, db *sql.DB) error {
-	p, err := newProvider(db)
-	if err != nil {
-		return err
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("evidence/sqlite: migrate: %w", classify(err))
-	}
-	return nil
+// migrator runs the SQLite migrations, two of them Go.
+var migrator = schema.Migrator{
+	Name:    "evidence/sqlite",
+	Dialect: goose.DialectSQLite3,
+	Dir:     migrations.SQLiteDir,
+	Options: func() ([]goose.ProviderOption, error) {
+		return []goose.ProviderOption{goose.WithGoMigrations(
+			holdsMigration(),        // 5: legal holds (holds.go)
+			approvalKindMigration(), // 8: the approval event kind (controls.go)
+		)}, nil
+	},
+	Classify: classify,
 }
 
 // classify wraps failures of the file or its lock with
@@ -418,12 +394,7 @@ func (s *Store) MigrateDownTo(ctx context.Context, v int64) error {
 	if s.ro != nil {
 		return errReadOnly
 	}
-	p, err := newProvider(s.writer)
-	if err != nil {
-		return err
-	}
-	_, err = p.DownTo(ctx, v)
-	return err
+	return migrator.DownTo(ctx, s.writer, v)
 }
 
 // Close closes both connection pools. For a store opened with
