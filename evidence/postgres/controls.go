@@ -140,19 +140,15 @@ func (s *Store) RefundQuotas(ctx context.Context, draws []evidence.QuotaDraw) er
 
 // QuotaUsage lists key's windows, newest first.
 func (s *Store) QuotaUsage(ctx context.Context, key string, limit int) ([]wire.QuotaUsage, error) {
-	rows, err := s.q.Query(ctx, sqlQuotaUsage, key, limit)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: quota usage: %w", classify(err))
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (wire.QuotaUsage, error) {
+	out, err := collect(ctx, s.q, func(r pgx.CollectableRow) (wire.QuotaUsage, error) {
 		var u wire.QuotaUsage
 		var start int64
 		err := r.Scan(&u.Key, &u.WindowS, &start, &u.Used, &u.Limit)
 		u.WindowStart = time.Unix(start, 0).UTC()
 		return u, err
-	})
+	}, sqlQuotaUsage, key, limit)
 	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: quota usage: %w", classify(err))
+		return nil, fmt.Errorf("evidence/postgres: quota usage: %w", err)
 	}
 	return out, nil
 }
@@ -243,12 +239,7 @@ func scanParked(r pgx.CollectableRow) (evidence.ParkedCall, error) {
 }
 
 func (s *Store) parked(ctx context.Context, q string, args ...any) ([]evidence.ParkedCall, error) {
-	rows, err := s.q.Query(ctx, q, args...)
-	if err != nil {
-		return nil, classify(err)
-	}
-	out, err := pgx.CollectRows(rows, scanParked)
-	return out, classify(err)
+	return collect(ctx, s.q, scanParked, q, args...)
 }
 
 func (s *Store) oneParked(ctx context.Context, q string, arg any) (evidence.ParkedCall, error) {

@@ -393,19 +393,11 @@ func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid
 // queryIDs runs q, whose one column is a uuid, and collects the ids: the
 // row loop of the id listings. Its error is classified, not yet wrapped.
 func (s *Store) queryIDs(ctx context.Context, q string, args ...any) ([]uuid.UUID, error) {
-	rows, err := s.q.Query(ctx, q, args...)
-	if err != nil {
-		return nil, classify(err)
-	}
-	ids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (uuid.UUID, error) {
+	return collect(ctx, s.q, func(r pgx.CollectableRow) (uuid.UUID, error) {
 		var id pgtype.UUID
 		err := r.Scan(&id)
 		return id.Bytes, err
-	})
-	if err != nil {
-		return nil, classify(err)
-	}
-	return ids, nil
+	}, q, args...)
 }
 
 // ChainHead returns the newest chain's last event of the instance.
