@@ -154,6 +154,9 @@ const (
 	// SQLSettleParked writes a settled parked call (SettleArgs).
 	SQLSettleParked = `UPDATE portcullis_approvals SET status = ?2, decided_by = ?3, decided_at = ?4, decision_reason = ?5,
 		input = CASE WHEN ?7 THEN input END, response = coalesce(?6, response) WHERE id = ?1`
+	// SQLUnansweredRuns lists approved parked calls without an answer,
+	// oldest approval first, at most ?1.
+	SQLUnansweredRuns = "SELECT id FROM portcullis_approvals WHERE status = 'approved' AND response IS NULL ORDER BY decided_at, id LIMIT ?1"
 	// SQLExpiredParked lists pending calls expired at ?1, at most ?2.
 	SQLExpiredParked = "SELECT id FROM portcullis_approvals WHERE status = 'pending' AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2"
 )
@@ -336,41 +339,59 @@ func CheckSchema(what string, applied map[int64]bool, versions []int64) error {
 	return nil
 }
 
-// SQLEventReads are the event reads both SQL stores make alike: the same
-// statements in the store's dialect (rebound once, by NewSQLEventReads),
-// run by the store's query, which scans evidence_events rows in the
-// dialect's column order and classifies its own errors. A store embeds
-// them, so they are its Receipt, Receipts, ChainEvents, ChainEventsFrom,
-// EventsOfReceipt and HoldEvents.
-type SQLEventReads struct {
-	name  string
-	d     SQLDialect
-	query func(ctx context.Context, q string, args ...any) ([]Event, error)
-	// selectFrom is "SELECT <columns> FROM evidence_events WHERE ";
-	// the others are the dialect's statements.
-	selectFrom                                             string
-	byReceipt, chain, chainFrom, ofReceipt, holds, outcome string
+// SQLRowLoops are a store's row loops: each runs a statement of its
+// dialect with its arguments, scans the rows (evidence_events rows in
+// the store's column order, portcullis_approvals rows in ParkedColumns
+// order, or one uuid column) and classifies its own errors.
+type SQLRowLoops struct {
+	Events func(ctx context.Context, q string, args ...any) ([]Event, error)
+	Parked func(ctx context.Context, q string, args ...any) ([]ParkedCall, error)
+	IDs    func(ctx context.Context, q string, args ...any) ([]uuid.UUID, error)
 }
 
-// NewSQLEventReads are the reads of the store name ("evidence/postgres",
-// the prefix of its errors) in dialect d: columns is the store's
-// evidence_events column list, in the order query scans it.
-func NewSQLEventReads(name string, d SQLDialect, columns string, query func(ctx context.Context, q string, args ...any) ([]Event, error)) SQLEventReads {
+// SQLReads are the reads both SQL stores make alike: the same statements
+// in the store's dialect (rebound once, by NewSQLReads), run by the
+// store's row loops. A store embeds them, so they are its Receipt,
+// Receipts, ChainEvents, ChainEventsFrom, EventsOfReceipt, HoldEvents,
+// PendingDecisions, ParkedCall, ParkedCallByReceipt, ParkedCalls,
+// ExpiredParked and UnansweredRuns.
+type SQLReads struct {
+	name string
+	d    SQLDialect
+	rows SQLRowLoops
+	// selectFrom is "SELECT <columns> FROM evidence_events WHERE ";
+	// outcome the start of the outcomes of a page of receipts; the
+	// others are the dialect's statements.
+	selectFrom, outcome                                              string
+	byReceipt, chain, chainFrom, ofReceipt, holds, pending           string
+	parkedByID, parkedByReceipt, parkedList, expiredParked, unanswer string
+}
+
+// NewSQLReads are the reads of the store name ("evidence/postgres", the
+// prefix of its errors) in dialect d: columns is the store's
+// evidence_events column list, in the order rows.Events scans it.
+func NewSQLReads(name string, d SQLDialect, columns string, rows SQLRowLoops) SQLReads {
 	from := "SELECT " + columns + " FROM evidence_events WHERE "
-	return SQLEventReads{
-		name: name, d: d, query: query, selectFrom: from,
-		byReceipt: d.SQL(from + "receipt_id = ?1"),
-		chain:     d.SQL(from + "chain_id = ?1 ORDER BY chain_seq, id"),
-		chainFrom: d.SQL(from + "chain_id = ?1 AND chain_seq >= ?2 ORDER BY chain_seq, id LIMIT ?3"),
-		ofReceipt: d.SQL(from + "receipt_id = ?1 ORDER BY ts, id"),
-		holds:     d.SQL(from + "kind IN (?1, ?2) ORDER BY ts, id"),
-		outcome:   from + "kind = 'outcome' AND receipt_id ",
+	return SQLReads{
+		name: name, d: d, rows: rows, selectFrom: from,
+		outcome:         from + "kind = 'outcome' AND receipt_id ",
+		byReceipt:       d.SQL(from + "receipt_id = ?1"),
+		chain:           d.SQL(from + "chain_id = ?1 ORDER BY chain_seq, id"),
+		chainFrom:       d.SQL(from + "chain_id = ?1 AND chain_seq >= ?2 ORDER BY chain_seq, id LIMIT ?3"),
+		ofReceipt:       d.SQL(from + "receipt_id = ?1 ORDER BY ts, id"),
+		holds:           d.SQL(from + "kind IN (?1, ?2) ORDER BY ts, id"),
+		pending:         d.SQL(SQLPendingDecisions),
+		parkedByID:      d.SQL(SQLParkedByID),
+		parkedByReceipt: d.SQL(SQLParkedByReceipt),
+		parkedList:      d.SQL(SQLParkedList),
+		expiredParked:   d.SQL(SQLExpiredParked),
+		unanswer:        d.SQL(SQLUnansweredRuns),
 	}
 }
 
 // Receipt returns the receipt with that id, or ErrNotFound.
-func (r SQLEventReads) Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt, error) {
-	evs, err := r.query(ctx, r.byReceipt, r.d.UUID(id))
+func (r SQLReads) Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt, error) {
+	evs, err := r.rows.Events(ctx, r.byReceipt, r.d.UUID(id))
 	if err != nil {
 		return wire.Receipt{}, fmt.Errorf("%s: receipt %s: %w", r.name, id, err)
 	}
@@ -379,20 +400,20 @@ func (r SQLEventReads) Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt,
 
 // Receipts lists receipts newest first with keyset pagination over
 // (ts, id): pages stay stable while new receipts arrive.
-func (r SQLEventReads) Receipts(ctx context.Context, f Filter) (wire.ReceiptList, error) {
+func (r SQLReads) Receipts(ctx context.Context, f Filter) (wire.ReceiptList, error) {
 	p, err := f.Normalize()
 	if err != nil {
 		return wire.ReceiptList{}, err
 	}
 	where, args := r.d.receiptsWhere(p)
 	q := r.selectFrom + where + " ORDER BY ts DESC, id DESC LIMIT " + r.d.Placeholder(len(args)+1)
-	decisions, err := r.query(ctx, q, append(args, p.Limit+1)...)
+	decisions, err := r.rows.Events(ctx, q, append(args, p.Limit+1)...)
 	if err != nil {
 		return wire.ReceiptList{}, fmt.Errorf("%s: list receipts: %w", r.name, err)
 	}
 	list, err := PageReceipts(decisions, p.Limit, func(ids []uuid.UUID) ([]Event, error) {
 		in, inArgs := r.d.inUUIDs(ids)
-		return r.query(ctx, r.outcome+in, inArgs...)
+		return r.rows.Events(ctx, r.outcome+in, inArgs...)
 	})
 	if err != nil {
 		return wire.ReceiptList{}, fmt.Errorf("%s: %w", r.name, err)
@@ -457,8 +478,8 @@ func (d SQLDialect) receiptsWhere(p Page) (string, []any) {
 }
 
 // ChainEvents returns one chain's events in sequence order.
-func (r SQLEventReads) ChainEvents(ctx context.Context, chainID uuid.UUID) ([]Event, error) {
-	evs, err := r.query(ctx, r.chain, r.d.UUID(chainID))
+func (r SQLReads) ChainEvents(ctx context.Context, chainID uuid.UUID) ([]Event, error) {
+	evs, err := r.rows.Events(ctx, r.chain, r.d.UUID(chainID))
 	if err != nil {
 		return nil, fmt.Errorf("%s: chain %s: %w", r.name, chainID, err)
 	}
@@ -466,8 +487,8 @@ func (r SQLEventReads) ChainEvents(ctx context.Context, chainID uuid.UUID) ([]Ev
 }
 
 // ChainEventsFrom returns up to limit events of a chain from sequence from.
-func (r SQLEventReads) ChainEventsFrom(ctx context.Context, chainID uuid.UUID, from int64, limit int) ([]Event, error) {
-	evs, err := r.query(ctx, r.chainFrom, r.d.UUID(chainID), from, limit)
+func (r SQLReads) ChainEventsFrom(ctx context.Context, chainID uuid.UUID, from int64, limit int) ([]Event, error) {
+	evs, err := r.rows.Events(ctx, r.chainFrom, r.d.UUID(chainID), from, limit)
 	if err != nil {
 		return nil, fmt.Errorf("%s: chain %s from %d: %w", r.name, chainID, from, err)
 	}
@@ -475,8 +496,8 @@ func (r SQLEventReads) ChainEventsFrom(ctx context.Context, chainID uuid.UUID, f
 }
 
 // EventsOfReceipt returns the events of one receipt.
-func (r SQLEventReads) EventsOfReceipt(ctx context.Context, id uuid.UUID) ([]Event, error) {
-	evs, err := r.query(ctx, r.ofReceipt, r.d.UUID(id))
+func (r SQLReads) EventsOfReceipt(ctx context.Context, id uuid.UUID) ([]Event, error) {
+	evs, err := r.rows.Events(ctx, r.ofReceipt, r.d.UUID(id))
 	if err != nil {
 		return nil, fmt.Errorf("%s: events of receipt %s: %w", r.name, id, err)
 	}
@@ -485,12 +506,70 @@ func (r SQLEventReads) EventsOfReceipt(ctx context.Context, id uuid.UUID) ([]Eve
 
 // HoldEvents returns every stored legal_hold and legal_hold_release event,
 // oldest first, from the (kind, ts) index of the non-receipt kinds.
-func (r SQLEventReads) HoldEvents(ctx context.Context) ([]Event, error) {
-	evs, err := r.query(ctx, r.holds, KindLegalHold, KindLegalHoldRelease)
+func (r SQLReads) HoldEvents(ctx context.Context) ([]Event, error) {
+	evs, err := r.rows.Events(ctx, r.holds, KindLegalHold, KindLegalHoldRelease)
 	if err != nil {
 		return nil, fmt.Errorf("%s: legal hold events: %w", r.name, err)
 	}
 	return evs, nil
+}
+
+// PendingDecisions lists the instance's allow decisions without outcome.
+func (r SQLReads) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
+	ids, err := r.rows.IDs(ctx, r.pending, instanceID)
+	if err != nil {
+		return nil, fmt.Errorf("%s: pending decisions: %w", r.name, err)
+	}
+	return ids, nil
+}
+
+// ParkedCall returns one parked call.
+func (r SQLReads) ParkedCall(ctx context.Context, id uuid.UUID) (ParkedCall, error) {
+	return r.oneParked(ctx, r.parkedByID, r.d.UUID(id))
+}
+
+// ParkedCallByReceipt returns the parked call of a receipt.
+func (r SQLReads) ParkedCallByReceipt(ctx context.Context, receiptID uuid.UUID) (ParkedCall, error) {
+	return r.oneParked(ctx, r.parkedByReceipt, r.d.UUID(receiptID))
+}
+
+func (r SQLReads) oneParked(ctx context.Context, q string, arg any) (ParkedCall, error) {
+	list, err := r.rows.Parked(ctx, q, arg)
+	if err != nil {
+		return ParkedCall{}, fmt.Errorf("%s: approval: %w", r.name, err)
+	}
+	if len(list) == 0 {
+		return ParkedCall{}, ErrApprovalNotFound
+	}
+	return list[0], nil
+}
+
+// ParkedCalls lists parked calls, oldest first.
+func (r SQLReads) ParkedCalls(ctx context.Context, status string, limit int) ([]ParkedCall, error) {
+	list, err := r.rows.Parked(ctx, r.parkedList, status, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: approvals: %w", r.name, err)
+	}
+	return list, nil
+}
+
+// ExpiredParked lists pending calls whose expiry has passed.
+func (r SQLReads) ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error) {
+	ids, err := r.rows.IDs(ctx, r.expiredParked, r.d.Time(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: expired approvals: %w", r.name, err)
+	}
+	return ids, nil
+}
+
+// UnansweredRuns lists approved parked calls without an answer, oldest
+// approval first.
+func (r SQLReads) UnansweredRuns(ctx context.Context, limit int) ([]uuid.UUID, error) {
+	ids, err := r.rows.IDs(ctx, r.unanswer, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: unanswered runs: %w", r.name, err)
+	}
+	return ids, nil
 }
 
 // SQLRows is what both drivers' result rows (pgx.Rows, *sql.Rows) offer

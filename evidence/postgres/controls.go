@@ -177,16 +177,12 @@ var dialect = evidence.SQLDialect{
 
 // The shared statements, rebound once.
 var (
-	sqlQuotaUsage       = dialect.SQL(evidence.SQLQuotaUsage)
-	sqlParkCall         = dialect.SQL(evidence.SQLParkCall)
-	sqlParkedByID       = dialect.SQL(evidence.SQLParkedByID)
-	sqlParkedForUpdate  = sqlParkedByID + " FOR UPDATE"
-	sqlParkedByReceipt  = dialect.SQL(evidence.SQLParkedByReceipt)
-	sqlParkedList       = dialect.SQL(evidence.SQLParkedList)
-	sqlSettleParked     = dialect.SQL(evidence.SQLSettleParked)
-	sqlExpiredParked    = dialect.SQL(evidence.SQLExpiredParked)
-	sqlPendingDecisions = dialect.SQL(evidence.SQLPendingDecisions)
-	sqlChainHead        = dialect.SQL(evidence.SQLChainHead)
+	sqlQuotaUsage      = dialect.SQL(evidence.SQLQuotaUsage)
+	sqlParkCall        = dialect.SQL(evidence.SQLParkCall)
+	sqlParkedByID      = dialect.SQL(evidence.SQLParkedByID)
+	sqlParkedForUpdate = sqlParkedByID + " FOR UPDATE"
+	sqlSettleParked    = dialect.SQL(evidence.SQLSettleParked)
+	sqlChainHead       = dialect.SQL(evidence.SQLChainHead)
 )
 
 // ParkCall stores a pending parked call.
@@ -242,36 +238,6 @@ func (s *Store) parked(ctx context.Context, q string, args ...any) ([]evidence.P
 	return collect(ctx, s.q, scanParked, q, args...)
 }
 
-func (s *Store) oneParked(ctx context.Context, q string, arg any) (evidence.ParkedCall, error) {
-	list, err := s.parked(ctx, q, arg)
-	if err != nil {
-		return evidence.ParkedCall{}, fmt.Errorf("evidence/postgres: approval: %w", err)
-	}
-	if len(list) == 0 {
-		return evidence.ParkedCall{}, evidence.ErrApprovalNotFound
-	}
-	return list[0], nil
-}
-
-// ParkedCall returns one parked call.
-func (s *Store) ParkedCall(ctx context.Context, id uuid.UUID) (evidence.ParkedCall, error) {
-	return s.oneParked(ctx, sqlParkedByID, pgUUID(id))
-}
-
-// ParkedCallByReceipt returns the parked call of a receipt.
-func (s *Store) ParkedCallByReceipt(ctx context.Context, receiptID uuid.UUID) (evidence.ParkedCall, error) {
-	return s.oneParked(ctx, sqlParkedByReceipt, pgUUID(receiptID))
-}
-
-// ParkedCalls lists parked calls, oldest first.
-func (s *Store) ParkedCalls(ctx context.Context, status string, limit int) ([]evidence.ParkedCall, error) {
-	list, err := s.parked(ctx, sqlParkedList, status, limit)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: approvals: %w", err)
-	}
-	return list, nil
-}
-
 // SettleParked moves a parked call from one status to another exactly
 // once: the row is locked (FOR UPDATE) and the update re-checks the
 // status, so of two replicas settling it at once one wins and the other
@@ -308,13 +274,4 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 		return p, fmt.Errorf("evidence/postgres: settle approval: %w", classify(err))
 	}
 	return settled, nil
-}
-
-// ExpiredParked lists pending calls whose expiry has passed.
-func (s *Store) ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error) {
-	ids, err := s.queryIDs(ctx, sqlExpiredParked, now, limit)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: expired approvals: %w", err)
-	}
-	return ids, nil
 }

@@ -44,9 +44,9 @@ type Store struct {
 	q   querier
 	ro  *readOnly
 	log *slog.Logger
-	// eventReads are Receipt, Receipts and the other event reads, over
-	// query (sqlstore.go in evidence).
-	eventReads
+	// reads are the reads both SQL stores share (evidence.SQLReads) over
+	// this store's row loops.
+	reads
 
 	// quotas group-commits quota draws (controls.go).
 	quotas evidence.QuotaBatch
@@ -58,13 +58,14 @@ type Store struct {
 
 var _ evidence.Store = (*Store)(nil)
 
-// eventReads, embedded in Store, lends it the reads both SQL stores share.
-type eventReads = evidence.SQLEventReads
+// reads, embedded in Store, lends it the reads both SQL stores share.
+type reads = evidence.SQLReads
 
 // newStore is a store on pool that reads through q, its reads bound.
 func newStore(pool *pgxpool.Pool, q querier, ro *readOnly) *Store {
 	s := &Store{pool: pool, q: q, ro: ro, log: slog.New(slog.DiscardHandler), stop: make(chan struct{})}
-	s.eventReads = evidence.NewSQLEventReads("evidence/postgres", dialect, selectCols, s.query)
+	s.reads = evidence.NewSQLReads("evidence/postgres", dialect, selectCols,
+		evidence.SQLRowLoops{Events: s.query, Parked: s.parked, IDs: s.queryIDs})
 	return s
 }
 
@@ -379,15 +380,6 @@ func (s *Store) query(ctx context.Context, sql string, args ...any) ([]evidence.
 		return nil, classify(err)
 	}
 	return evs, nil
-}
-
-// PendingDecisions lists the instance's allow decisions without outcome.
-func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
-	ids, err := s.queryIDs(ctx, sqlPendingDecisions, instanceID)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: pending decisions: %w", err)
-	}
-	return ids, nil
 }
 
 // queryIDs runs q, whose one column is a uuid, and collects the ids: the

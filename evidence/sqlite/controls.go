@@ -239,36 +239,6 @@ func parkedRows(rows *sql.Rows, err error) ([]evidence.ParkedCall, error) {
 	return out, classify(rows.Err())
 }
 
-func (s *Store) oneParked(ctx context.Context, q string, arg any) (evidence.ParkedCall, error) {
-	list, err := parkedRows(s.q.QueryContext(ctx, q, arg))
-	if err != nil {
-		return evidence.ParkedCall{}, fmt.Errorf("evidence/sqlite: approval: %w", err)
-	}
-	if len(list) == 0 {
-		return evidence.ParkedCall{}, evidence.ErrApprovalNotFound
-	}
-	return list[0], nil
-}
-
-// ParkedCall returns one parked call.
-func (s *Store) ParkedCall(ctx context.Context, id uuid.UUID) (evidence.ParkedCall, error) {
-	return s.oneParked(ctx, evidence.SQLParkedByID, id.String())
-}
-
-// ParkedCallByReceipt returns the parked call of a receipt.
-func (s *Store) ParkedCallByReceipt(ctx context.Context, receiptID uuid.UUID) (evidence.ParkedCall, error) {
-	return s.oneParked(ctx, evidence.SQLParkedByReceipt, receiptID.String())
-}
-
-// ParkedCalls lists parked calls, oldest first.
-func (s *Store) ParkedCalls(ctx context.Context, status string, limit int) ([]evidence.ParkedCall, error) {
-	list, err := parkedRows(s.q.QueryContext(ctx, evidence.SQLParkedList, status, limit))
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: approvals: %w", err)
-	}
-	return list, nil
-}
-
 // SettleParked moves a parked call from one status to another exactly
 // once: on the single writer connection, inside an IMMEDIATE transaction
 // (the write lock is taken at BEGIN), so the status read and its update
@@ -300,13 +270,4 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 		return p, fmt.Errorf("evidence/sqlite: settle approval: %w", classify(err))
 	}
 	return p, nil
-}
-
-// ExpiredParked lists pending calls whose expiry has passed.
-func (s *Store) ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error) {
-	ids, err := queryAll(ctx, s.q, evidence.SQLExpiredParked, []any{now.UnixMicro(), limit}, scanID)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: expired approvals: %w", err)
-	}
-	return ids, nil
 }

@@ -46,19 +46,27 @@ type Store struct {
 	lead sync.Mutex
 	// quotas group-commits quota draws (controls.go).
 	quotas evidence.QuotaBatch
-	// eventReads are Receipt, Receipts and the other event reads, over
-	// query (sqlstore.go in evidence).
-	eventReads
+	// reads are the reads both SQL stores share (evidence.SQLReads) over
+	// this store's row loops.
+	reads
 }
 
 var _ evidence.Store = (*Store)(nil)
 
-// eventReads, embedded in Store, lends it the reads both SQL stores share.
-type eventReads = evidence.SQLEventReads
+// reads, embedded in Store, lends it the reads both SQL stores share.
+type reads = evidence.SQLReads
 
 // withReads is s with its reads bound to its query.
 func withReads(s *Store) *Store {
-	s.eventReads = evidence.NewSQLEventReads("evidence/sqlite", dialect, selectCols, s.query)
+	s.reads = evidence.NewSQLReads("evidence/sqlite", dialect, selectCols, evidence.SQLRowLoops{
+		Events: s.query,
+		Parked: func(ctx context.Context, q string, args ...any) ([]evidence.ParkedCall, error) {
+			return parkedRows(s.q.QueryContext(ctx, q, args...))
+		},
+		IDs: func(ctx context.Context, q string, args ...any) ([]uuid.UUID, error) {
+			return queryAll(ctx, s.q, q, args, scanID)
+		},
+	})
 	return s
 }
 
@@ -331,15 +339,6 @@ func (s *Store) query(ctx context.Context, q string, args ...any) ([]evidence.Ev
 		return nil, classify(err)
 	}
 	return out, nil
-}
-
-// PendingDecisions lists the instance's allow decisions without outcome.
-func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
-	ids, err := queryAll(ctx, s.q, evidence.SQLPendingDecisions, []any{instanceID}, scanID)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: pending decisions: %w", err)
-	}
-	return ids, nil
 }
 
 // ChainHead returns the newest chain's last event of the instance.
