@@ -245,22 +245,17 @@ func (p *Proxy) pipe(client net.Conn, clientR io.Reader, upstream net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	go func() {
-		n, _ := io.Copy(upstream, clientR)
-		p.bytesUp.Add(n)
-		if tc, ok := upstream.(interface{ CloseWrite() error }); ok {
+	// half copies one way, counts it and half-closes dst.
+	half := func(dst net.Conn, src io.Reader, count *atomic.Int64) {
+		n, _ := io.Copy(dst, src)
+		count.Add(n)
+		if tc, ok := dst.(interface{ CloseWrite() error }); ok {
 			_ = tc.CloseWrite()
 		}
 		done <- struct{}{}
-	}()
-	go func() {
-		n, _ := io.Copy(client, upstream)
-		p.bytesIn.Add(n)
-		if tc, ok := client.(interface{ CloseWrite() error }); ok {
-			_ = tc.CloseWrite()
-		}
-		done <- struct{}{}
-	}()
+	}
+	go half(upstream, clientR, &p.bytesUp)
+	go half(client, upstream, &p.bytesIn)
 	<-done
 	<-done
 }

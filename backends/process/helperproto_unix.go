@@ -12,7 +12,42 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
+
+// HelperLimit is a resource limit a runner's helper sets, and its name
+// in errors.
+type HelperLimit struct {
+	Res  int
+	Name string
+}
+
+// HelperLimits are the limits both runners' helpers set, in protocol
+// order; the process runner's helper sets RLIMIT_DATA after them.
+var HelperLimits = [3]HelperLimit{
+	{unix.RLIMIT_CPU, "RLIMIT_CPU"},
+	{unix.RLIMIT_FSIZE, "RLIMIT_FSIZE"},
+	{unix.RLIMIT_NOFILE, "RLIMIT_NOFILE"},
+}
+
+// Set sets the limit to l in this process and reads it back. It
+// allocates only to report a failure (the process runner's helper may
+// already run under its RLIMIT_DATA).
+func (r HelperLimit) Set(l RlimitArg) error {
+	want := unix.Rlimit{Cur: l.Soft, Max: l.Hard}
+	if err := unix.Setrlimit(r.Res, &want); err != nil {
+		return fmt.Errorf("setrlimit %s to %s: %v", r.Name, l, err)
+	}
+	var got unix.Rlimit
+	if err := unix.Getrlimit(r.Res, &got); err != nil {
+		return fmt.Errorf("getrlimit %s: %v", r.Name, err)
+	}
+	if got != want {
+		return fmt.Errorf("%s is %d:%d after setting %s", r.Name, got.Cur, got.Max, l)
+	}
+	return nil
+}
 
 // RlimitArg is one resource limit as a runner's helper receives it on its
 // command line: "-" (leave it) or SOFT:HARD. The process runner's helper

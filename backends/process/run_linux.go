@@ -379,15 +379,15 @@ func (r *Runner) rlimits(l wire.Limits, rlimitData bool) ([nLimits]rlimitArg, er
 			continue
 		}
 		soft, hard := uint64(v), uint64(v)
-		if limitResources[i].res == unix.RLIMIT_CPU {
+		if limitResources[i].Res == unix.RLIMIT_CPU {
 			// One second between soft and hard: SIGXCPU first, so the
 			// program is seen to die of its CPU limit, then SIGKILL.
 			hard = soft + 1
 		}
 		if !r.noClamp {
 			var cur unix.Rlimit
-			if err := unix.Getrlimit(limitResources[i].res, &cur); err != nil {
-				return out, fmt.Errorf("process: getrlimit %s: %w", limitResources[i].name, err)
+			if err := unix.Getrlimit(limitResources[i].Res, &cur); err != nil {
+				return out, fmt.Errorf("process: getrlimit %s: %w", limitResources[i].Name, err)
 			}
 			if cur.Max != math.MaxUint64 { // RLIM_INFINITY
 				hard = min(hard, cur.Max)
@@ -714,7 +714,7 @@ func Rlimits(l wire.Limits, rlimitData bool) ([]Rlimit, error) {
 	var out []Rlimit
 	for i, a := range args {
 		if a.Set {
-			out = append(out, Rlimit{Resource: limitResources[i].res, Name: limitResources[i].name, Cur: a.Soft, Max: a.Hard})
+			out = append(out, Rlimit{Resource: limitResources[i].Res, Name: limitResources[i].Name, Cur: a.Soft, Max: a.Hard})
 		}
 	}
 	return out, nil

@@ -223,12 +223,12 @@ func limitArgs(l wire.Limits) ([nLimits]limit, error) {
 			continue
 		}
 		soft, hard := uint64(v), uint64(v)
-		if limitResources[i].res == unix.RLIMIT_CPU {
+		if limitResources[i].Res == unix.RLIMIT_CPU {
 			hard = soft + 1 // SIGXCPU first, then SIGKILL a second later
 		}
 		var cur unix.Rlimit
-		if err := unix.Getrlimit(limitResources[i].res, &cur); err != nil {
-			return out, fmt.Errorf("seatbelt: getrlimit %s: %w", limitResources[i].name, err)
+		if err := unix.Getrlimit(limitResources[i].Res, &cur); err != nil {
+			return out, fmt.Errorf("seatbelt: getrlimit %s: %w", limitResources[i].Name, err)
 		}
 		// RLIM_INFINITY is MaxUint64 on Linux, MaxInt64 on macOS.
 		if cur.Max < math.MaxInt64 {
