@@ -374,28 +374,11 @@ func (r *Runner) rlimits(l wire.Limits, rlimitData bool) ([nLimits]rlimitArg, er
 	if rlimitData {
 		want[3] = l.MemoryBytes
 	}
-	for i, v := range want {
-		if v == 0 {
-			continue
-		}
-		soft, hard := uint64(v), uint64(v)
-		if limitResources[i].Res == unix.RLIMIT_CPU {
-			// One second between soft and hard: SIGXCPU first, so the
-			// program is seen to die of its CPU limit, then SIGKILL.
-			hard = soft + 1
-		}
-		if !r.noClamp {
-			var cur unix.Rlimit
-			if err := unix.Getrlimit(limitResources[i].Res, &cur); err != nil {
-				return out, fmt.Errorf("process: getrlimit %s: %w", limitResources[i].Name, err)
-			}
-			if cur.Max != math.MaxUint64 { // RLIM_INFINITY
-				hard = min(hard, cur.Max)
-				soft = min(soft, hard)
-			}
-		}
-		out[i] = rlimitArg{Set: true, Soft: soft, Hard: hard}
+	args, err := LimitArgs(limitResources[:], want[:], !r.noClamp, math.MaxUint64) // RLIM_INFINITY
+	if err != nil {
+		return out, fmt.Errorf("process: %w", err)
 	}
+	copy(out[:], args)
 	return out, nil
 }
 
