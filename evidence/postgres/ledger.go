@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"golang.org/x/mod/sumdb/tlog"
@@ -42,15 +41,6 @@ func scanChain(r pgx.CollectableRow) (evidence.ChainInfo, error) {
 	return evidence.ChainInfo{ChainID: id.Bytes, MaxSeq: max}, err
 }
 
-// Chains lists every chain in the events (a full scan; for verify).
-func (s *Store) Chains(ctx context.Context) ([]evidence.ChainInfo, error) {
-	out, err := collect(ctx, s.q, scanChain, "SELECT chain_id, max(chain_seq) FROM evidence_events GROUP BY chain_id ORDER BY chain_id")
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: chains: %w", err)
-	}
-	return out, nil
-}
-
 // ActiveChains lists chains by their chain_start events, each with its
 // highest sequence: index probes only (evidence_events_chain_start and
 // evidence_events_chain), never a scan of the events.
@@ -62,23 +52,6 @@ func (s *Store) ActiveChains(ctx context.Context) ([]evidence.ChainInfo, error) 
 		return nil, fmt.Errorf("evidence/postgres: active chains: %w", err)
 	}
 	return out, nil
-}
-
-// TreeHeads returns the tree size and each chain's last sequence in it.
-func (s *Store) TreeHeads(ctx context.Context) (int64, map[uuid.UUID]int64, error) {
-	var size int64
-	if err := s.q.QueryRow(ctx, "SELECT coalesce(max(leaf_index) + 1, 0) FROM evidence_tree").Scan(&size); err != nil {
-		return 0, nil, fmt.Errorf("evidence/postgres: tree size: %w", classify(err))
-	}
-	cs, err := collect(ctx, s.q, scanChain, "SELECT chain_id, max(chain_seq) FROM evidence_tree GROUP BY chain_id")
-	if err != nil {
-		return 0, nil, fmt.Errorf("evidence/postgres: tree heads: %w", err)
-	}
-	heads := make(map[uuid.UUID]int64, len(cs))
-	for _, c := range cs {
-		heads[c.ChainID] = c.MaxSeq
-	}
-	return size, heads, nil
 }
 
 // ReadHashes returns stored tree hashes by index; a missing one is an
@@ -178,27 +151,6 @@ func scanCheckpoint(r pgx.CollectableRow) (evidence.StoredCheckpoint, error) {
 	return c, err
 }
 
-// Checkpoints lists stored checkpoints, smallest first.
-func (s *Store) Checkpoints(ctx context.Context) ([]evidence.StoredCheckpoint, error) {
-	cps, err := collect(ctx, s.q, scanCheckpoint, "SELECT tree_size, root_hash, note, created_at FROM evidence_checkpoints ORDER BY tree_size")
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: checkpoints: %w", err)
-	}
-	return cps, nil
-}
-
-// LatestCheckpoint returns the largest checkpoint or evidence.ErrNotFound.
-func (s *Store) LatestCheckpoint(ctx context.Context) (evidence.StoredCheckpoint, error) {
-	cps, err := collect(ctx, s.q, scanCheckpoint, "SELECT tree_size, root_hash, note, created_at FROM evidence_checkpoints ORDER BY tree_size DESC LIMIT 1")
-	if err != nil {
-		return evidence.StoredCheckpoint{}, fmt.Errorf("evidence/postgres: latest checkpoint: %w", err)
-	}
-	if len(cps) == 0 {
-		return evidence.StoredCheckpoint{}, fmt.Errorf("no checkpoint yet: %w", evidence.ErrNotFound)
-	}
-	return cps[0], nil
-}
-
 func scanLeaf(r pgx.CollectableRow) (evidence.Leaf, error) {
 	var (
 		l         evidence.Leaf
@@ -207,27 +159,6 @@ func scanLeaf(r pgx.CollectableRow) (evidence.Leaf, error) {
 	err := r.Scan(&l.Index, &id, &l.EventTime, &chain, &l.ChainSeq)
 	l.EventID, l.ChainID, l.EventTime = id.Bytes, chain.Bytes, l.EventTime.UTC()
 	return l, err
-}
-
-// LeafOf returns the leaf of an event or evidence.ErrNotFound.
-func (s *Store) LeafOf(ctx context.Context, eventID uuid.UUID) (evidence.Leaf, error) {
-	ls, err := collect(ctx, s.q, scanLeaf, "SELECT leaf_index, event_id, event_ts, chain_id, chain_seq FROM evidence_tree WHERE event_id = $1", pgUUID(eventID))
-	if err != nil {
-		return evidence.Leaf{}, fmt.Errorf("evidence/postgres: leaf of %s: %w", eventID, err)
-	}
-	if len(ls) == 0 {
-		return evidence.Leaf{}, fmt.Errorf("event %s is not in the tree yet: %w", eventID, evidence.ErrNotFound)
-	}
-	return ls[0], nil
-}
-
-// Leaves returns up to limit leaves from index from.
-func (s *Store) Leaves(ctx context.Context, from int64, limit int) ([]evidence.Leaf, error) {
-	ls, err := collect(ctx, s.q, scanLeaf, "SELECT leaf_index, event_id, event_ts, chain_id, chain_seq FROM evidence_tree WHERE leaf_index >= $1 ORDER BY leaf_index LIMIT $2", from, limit)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: leaves: %w", err)
-	}
-	return ls, nil
 }
 
 // Stats sums the hourly rollups (decisions, migration 00002; rule ids,

@@ -65,7 +65,23 @@ type reads = evidence.SQLReads
 func newStore(pool *pgxpool.Pool, q querier, ro *readOnly) *Store {
 	s := &Store{pool: pool, q: q, ro: ro, log: slog.New(slog.DiscardHandler), stop: make(chan struct{})}
 	s.reads = evidence.NewSQLReads("evidence/postgres", dialect, selectCols,
-		evidence.SQLRowLoops{Events: s.query, Parked: s.parked, IDs: s.queryIDs})
+		evidence.SQLRowLoops{
+			Events: s.query, Parked: s.parked, IDs: s.queryIDs,
+			Chains: func(ctx context.Context, q string, args ...any) ([]evidence.ChainInfo, error) {
+				return collect(ctx, s.q, scanChain, q, args...)
+			},
+			Checkpoints: func(ctx context.Context, q string, args ...any) ([]evidence.StoredCheckpoint, error) {
+				return collect(ctx, s.q, scanCheckpoint, q, args...)
+			},
+			Leaves: func(ctx context.Context, q string, args ...any) ([]evidence.Leaf, error) {
+				return collect(ctx, s.q, scanLeaf, q, args...)
+			},
+			Int64: func(ctx context.Context, q string, args ...any) (int64, error) {
+				var n int64
+				err := s.q.QueryRow(ctx, q, args...).Scan(&n)
+				return n, classify(err)
+			},
+		})
 	return s
 }
 

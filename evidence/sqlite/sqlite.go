@@ -66,6 +66,20 @@ func withReads(s *Store) *Store {
 		IDs: func(ctx context.Context, q string, args ...any) ([]uuid.UUID, error) {
 			return queryAll(ctx, s.q, q, args, scanID)
 		},
+		Chains: func(ctx context.Context, q string, args ...any) ([]evidence.ChainInfo, error) {
+			return queryAll(ctx, s.q, q, args, scanChain)
+		},
+		Checkpoints: func(ctx context.Context, q string, args ...any) ([]evidence.StoredCheckpoint, error) {
+			return queryAll(ctx, s.q, q, args, scanCheckpoint)
+		},
+		Leaves: func(ctx context.Context, q string, args ...any) ([]evidence.Leaf, error) {
+			return queryAll(ctx, s.q, q, args, scanLeaf)
+		},
+		Int64: func(ctx context.Context, q string, args ...any) (int64, error) {
+			var n int64
+			err := s.q.QueryRowContext(ctx, q, args...).Scan(&n)
+			return n, classify(err)
+		},
 	})
 	return s
 }
