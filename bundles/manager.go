@@ -335,43 +335,35 @@ type Metrics struct {
 // NewMetrics returns unregistered metrics; Register adds them to a registry.
 func NewMetrics() *Metrics {
 	return &Metrics{
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "portcullis_policy_bundle_refused_total",
-			Help: "Candidate policy bundles refused, by reason (fetch, read, signature, compile, tests); the previous bundle stayed live.",
-		}, []string{"reason"}),
-		activations: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "portcullis_policy_activations_total",
-			Help: "Policy bundles activated.",
-		}),
-		lastActivation: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "portcullis_policy_last_activation_timestamp_seconds",
-			Help: "Unix time of the last policy activation.",
-		}),
-		recordFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "portcullis_policy_activation_record_failures_total",
-			Help: "Policy activations that could not be recorded as evidence.",
-		}),
-		shadowDiffs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "portcullis_policy_shadow_diffs_total",
-			Help: "Calls where the shadow bundle decided differently from the live one, by what differed (allow, reasons, grants).",
-		}, []string{"field"}),
-		shadowDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "portcullis_policy_shadow_dropped_total",
-			Help: "Shadow evaluations dropped because the queue was full.",
-		}),
-		shadowErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "portcullis_policy_shadow_errors_total",
-			Help: "Shadow evaluations that failed.",
-		}),
-		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "portcullis_policy_bundle_fetches_total",
-			Help: "Bundle fetches by result: fetched (a bundle was read), not_modified (HTTP 304, nothing compiled), error (the source failed; the live bundle stays).",
-		}, []string{"result"}),
-		compiles: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "portcullis_policy_bundle_compiles_total",
-			Help: "Candidate bundles compiled (and checked); a 304 from the bundle service compiles nothing.",
-		}),
+		refused: counterVec("portcullis_policy_bundle_refused_total",
+			"Candidate policy bundles refused, by reason (fetch, read, signature, compile, tests); the previous bundle stayed live.", "reason"),
+		activations: counter("portcullis_policy_activations_total",
+			"Policy bundles activated."),
+		lastActivation: prometheus.NewGauge(prometheus.GaugeOpts{Name: "portcullis_policy_last_activation_timestamp_seconds",
+			Help: "Unix time of the last policy activation."}),
+		recordFailures: counter("portcullis_policy_activation_record_failures_total",
+			"Policy activations that could not be recorded as evidence."),
+		shadowDiffs: counterVec("portcullis_policy_shadow_diffs_total",
+			"Calls where the shadow bundle decided differently from the live one, by what differed (allow, reasons, grants).", "field"),
+		shadowDropped: counter("portcullis_policy_shadow_dropped_total",
+			"Shadow evaluations dropped because the queue was full."),
+		shadowErrors: counter("portcullis_policy_shadow_errors_total",
+			"Shadow evaluations that failed."),
+		fetches: counterVec("portcullis_policy_bundle_fetches_total",
+			"Bundle fetches by result: fetched (a bundle was read), not_modified (HTTP 304, nothing compiled), error (the source failed; the live bundle stays).", "result"),
+		compiles: counter("portcullis_policy_bundle_compiles_total",
+			"Candidate bundles compiled (and checked); a 304 from the bundle service compiles nothing."),
 	}
+}
+
+// counter is a counter named name, described by help.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+// counterVec is a counter named name, described by help, with one label.
+func counterVec(name, help, label string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
 }
 
 // Register adds the metrics to reg.

@@ -36,6 +36,32 @@ type SQLDialect struct {
 	Time     func(time.Time) any
 	JSON     func([]byte) any
 	NullJSON func(json.RawMessage) any
+
+	// What the receipt filters (SQLEventReads.Receipts) spell each
+	// store's way. JSONField is the text of key in the JSON column col;
+	// HasRule the condition that an event's rule_ids name the rule bound
+	// at placeholder ph; Contains that the text of column col holds the
+	// one bound at ph (lower-cased both). UUIDArray, when set, is ids
+	// as one array argument (matched with = ANY); without it a list of
+	// ids is matched with IN and one argument each (inUUIDs).
+	JSONField func(col, key string) string
+	HasRule   func(ph string) string
+	Contains  func(col, ph string) string
+	UUIDArray func(ids []uuid.UUID) any
+}
+
+// inUUIDs is the condition, from the first placeholder, that a column is
+// one of ids ("= ANY($1)" or "IN (?1, ?2, ...)"), and its arguments.
+func (d SQLDialect) inUUIDs(ids []uuid.UUID) (string, []any) {
+	if d.UUIDArray != nil {
+		return "= ANY(" + d.Placeholder(1) + ")", []any{d.UUIDArray(ids)}
+	}
+	ph := make([]string, len(ids))
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		ph[i], args[i] = d.Placeholder(i+1), d.UUID(id)
+	}
+	return "IN (" + strings.Join(ph, ", ") + ")", args
 }
 
 // SQL is q, written with ?N placeholders, in the dialect's placeholders.
@@ -128,6 +154,9 @@ const (
 	// SQLSettleParked writes a settled parked call (SettleArgs).
 	SQLSettleParked = `UPDATE portcullis_approvals SET status = ?2, decided_by = ?3, decided_at = ?4, decision_reason = ?5,
 		input = CASE WHEN ?7 THEN input END, response = coalesce(?6, response) WHERE id = ?1`
+	// SQLUnansweredRuns lists approved parked calls without an answer,
+	// oldest approval first, at most ?1.
+	SQLUnansweredRuns = "SELECT id FROM portcullis_approvals WHERE status = 'approved' AND response IS NULL ORDER BY decided_at, id LIMIT ?1"
 	// SQLExpiredParked lists pending calls expired at ?1, at most ?2.
 	SQLExpiredParked = "SELECT id FROM portcullis_approvals WHERE status = 'pending' AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2"
 )
@@ -308,4 +337,39 @@ func CheckSchema(what string, applied map[int64]bool, versions []int64) error {
 			ErrSchemaMismatch, what, strings.Join(missing, ", "), current, latest)
 	}
 	return nil
+}
+
+// SQLRows is what both drivers' result rows (pgx.Rows, *sql.Rows) offer
+// a row loop; the caller closes them.
+type SQLRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// SQLVersions selects goose's bookkeeping rows from its version table
+// (always the store's constant name) for AppliedVersions.
+func SQLVersions(table string) string {
+	return "SELECT version_id, is_applied FROM " + table + " ORDER BY id"
+}
+
+// AppliedVersions reads the rows of SQLVersions: version to whether it is
+// applied, the last row of a version winning, as goose records them.
+// CheckSchema takes the map.
+func AppliedVersions(rows SQLRows) (map[int64]bool, error) {
+	applied := map[int64]bool{}
+	for rows.Next() {
+		var (
+			v  int64
+			ok bool
+		)
+		if err := rows.Scan(&v, &ok); err != nil {
+			return nil, err
+		}
+		applied[v] = ok
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return applied, nil
 }

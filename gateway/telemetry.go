@@ -129,17 +129,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portcullis_http_requests_total", Help: "HTTP requests by method, route template (other: no route matched) and status code.",
 		}, []string{"method", "route", "code"}),
-		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "portcullis_http_request_duration_seconds", Help: "HTTP request latency by method and route template, until the answer is written.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
-		}, []string{"method", "route"}),
+		requestDuration: latency("portcullis_http_request_duration_seconds",
+			"HTTP request latency by method and route template, until the answer is written.", "method", "route"),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portcullis_tool_calls_total", Help: "Tool calls by tool, decision and error code.",
 		}, []string{"tool", "decision", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "portcullis_tool_call_duration_seconds", Help: "Wall time of tool calls, receipt to answer, by tool and decision (allow, deny, invalid).",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
-		}, []string{"tool", "decision"}),
+		duration: latency("portcullis_tool_call_duration_seconds",
+			"Wall time of tool calls, receipt to answer, by tool and decision (allow, deny, invalid).", "tool", "decision"),
 		decisionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "portcullis_policy_decision_duration_seconds", Help: "Policy evaluation time.",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 16),
@@ -153,6 +149,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.requests, m.requestDuration, m.calls, m.duration, m.decisionDuration, m.evidenceFailures, m.authFailures)
 	return m
+}
+
+// latency is a histogram of request or call latency, 0.5 ms to about
+// 65 s, by labels.
+func latency(name, help string, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: name, Help: help, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+	}, labels)
 }
 
 // lateCollector exposes evidence.LateOutcomes.Counts as

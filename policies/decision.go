@@ -533,16 +533,10 @@ func decisionFromAST(v ast.Value) (wire.Decision, bool) {
 		d.Allow = bool(b)
 	}
 	if t := obj.Get(keyTerm("reasons")); t != nil {
-		rs, ok := t.Value.(*ast.Array)
+		rs, ok := appendASTStrings(d.Reasons, t, nil)
+		d.Reasons = rs
 		if !ok {
 			return d, false
-		}
-		for i := range rs.Len() {
-			s, ok := rs.Elem(i).Value.(ast.String)
-			if !ok {
-				return d, false
-			}
-			d.Reasons = append(d.Reasons, string(s))
 		}
 	}
 	if !d.Allow && len(d.Reasons) == 0 {
@@ -566,12 +560,8 @@ func decisionFromAST(v ast.Value) (wire.Decision, bool) {
 		if n := ids.Len(); n > 0 {
 			d.RuleIDs = make([]string, 0, n)
 		}
-		for i := range ids.Len() {
-			s, ok := ids.Elem(i).Value.(ast.String)
-			if !ok || !wire.ValidRuleID(string(s)) {
-				return d, false
-			}
-			d.RuleIDs = append(d.RuleIDs, string(s))
+		if d.RuleIDs, ok = appendASTStrings(d.RuleIDs, t, wire.ValidRuleID); !ok {
+			return d, false
 		}
 	}
 	if t := obj.Get(keyTerm("exec")); t != nil {
@@ -693,16 +683,34 @@ func astStrings(t *ast.Term) ([]string, bool) {
 	if !ok {
 		return nil, false
 	}
-	out := make([]string, 0, list.Len())
-	for i := range list.Len() {
-		s, ok := list.Elem(i).Value.(ast.String)
-		if !ok || s == "" || strings.ContainsRune(string(s), 0) {
-			return nil, false
-		}
-		out = append(out, string(s))
+	out, ok := appendASTStrings(make([]string, 0, list.Len()), t, func(s string) bool {
+		return s != "" && !strings.ContainsRune(s, 0)
+	})
+	if !ok {
+		return nil, false
 	}
 	return out, true
 }
+
+// appendASTStrings appends the elements of the array term t to dst, each
+// a string that valid accepts (nil: any string); false, with what was
+// appended so far, when t is not such an array.
+func appendASTStrings(dst []string, t *ast.Term, valid func(string) bool) ([]string, bool) {
+	list, ok := t.Value.(*ast.Array)
+	if !ok {
+		return dst, false
+	}
+	for i := range list.Len() {
+		s, ok := list.Elem(i).Value.(ast.String)
+		if !ok || (valid != nil && !valid(string(s))) {
+			return dst, false
+		}
+		dst = append(dst, string(s))
+	}
+	return dst, true
+}
+
+func nonEmpty(s string) bool { return s != "" }
 
 func astString(o ast.Object, key string) (string, bool, bool) {
 	t := o.Get(keyTerm(key))
@@ -776,16 +784,8 @@ func astNetwork(t *ast.Term, d *wire.Decision) bool {
 		}
 	}
 	if a := o.Get(keyTerm("allow")); a != nil {
-		list, ok := a.Value.(*ast.Array)
-		if !ok {
+		if d.Network.Allow, ok = appendASTStrings(d.Network.Allow, a, nonEmpty); !ok {
 			return false
-		}
-		for i := range list.Len() {
-			s, ok := list.Elem(i).Value.(ast.String)
-			if !ok || s == "" {
-				return false
-			}
-			d.Network.Allow = append(d.Network.Allow, string(s))
 		}
 	}
 	if d.Network.Posture == wire.PostureOff {
@@ -803,16 +803,8 @@ func astEnv(t *ast.Term, d *wire.Decision) bool {
 		return false
 	}
 	if p := o.Get(keyTerm("pass")); p != nil {
-		list, ok := p.Value.(*ast.Array)
-		if !ok {
+		if d.Env.Pass, ok = appendASTStrings(d.Env.Pass, p, validEnvName); !ok {
 			return false
-		}
-		for i := range list.Len() {
-			s, ok := list.Elem(i).Value.(ast.String)
-			if !ok || !validEnvName(string(s)) {
-				return false
-			}
-			d.Env.Pass = append(d.Env.Pass, string(s))
 		}
 	}
 	if st := o.Get(keyTerm("set")); st != nil {

@@ -245,22 +245,17 @@ func (p *Proxy) pipe(client net.Conn, clientR io.Reader, upstream net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	go func() {
-		n, _ := io.Copy(upstream, clientR)
-		p.bytesUp.Add(n)
-		if tc, ok := upstream.(interface{ CloseWrite() error }); ok {
+	// half copies one way, counts it and half-closes dst.
+	half := func(dst net.Conn, src io.Reader, count *atomic.Int64) {
+		n, _ := io.Copy(dst, src)
+		count.Add(n)
+		if tc, ok := dst.(interface{ CloseWrite() error }); ok {
 			_ = tc.CloseWrite()
 		}
 		done <- struct{}{}
-	}()
-	go func() {
-		n, _ := io.Copy(client, upstream)
-		p.bytesIn.Add(n)
-		if tc, ok := client.(interface{ CloseWrite() error }); ok {
-			_ = tc.CloseWrite()
-		}
-		done <- struct{}{}
-	}()
+	}
+	go half(upstream, clientR, &p.bytesUp)
+	go half(client, upstream, &p.bytesIn)
 	<-done
 	<-done
 }
@@ -272,17 +267,17 @@ func (p *Proxy) http(c net.Conn, br *bufio.Reader) {
 		writeStatus(c, http.StatusBadRequest, "malformed proxy request")
 		return
 	}
+	host, port, err := target(req)
+	if err != nil {
+		writeStatus(c, http.StatusBadRequest, err.Error())
+		return
+	}
+	up, err := p.connect(host, port)
+	if err != nil {
+		writeStatus(c, denyStatus(err), err.Error())
+		return
+	}
 	if req.Method == http.MethodConnect {
-		host, port, err := splitHostPort(req.Host)
-		if err != nil {
-			writeStatus(c, http.StatusBadRequest, err.Error())
-			return
-		}
-		up, err := p.connect(host, port)
-		if err != nil {
-			writeStatus(c, denyStatus(err), err.Error())
-			return
-		}
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 			_ = up.Close()
 			return
@@ -291,22 +286,6 @@ func (p *Proxy) http(c net.Conn, br *bufio.Reader) {
 		return
 	}
 	// Plain HTTP through the proxy: one request per connection.
-	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
-		writeStatus(c, http.StatusBadRequest, "only CONNECT and absolute http:// requests are proxied")
-		return
-	}
-	host, port := req.URL.Hostname(), 80
-	if ps := req.URL.Port(); ps != "" {
-		if port, err = parsePort(ps); err != nil {
-			writeStatus(c, http.StatusBadRequest, err.Error())
-			return
-		}
-	}
-	up, err := p.connect(host, port)
-	if err != nil {
-		writeStatus(c, denyStatus(err), err.Error())
-		return
-	}
 	req.RequestURI = ""
 	req.Header.Del("Proxy-Authorization")
 	req.Header.Del("Proxy-Connection")
@@ -320,6 +299,25 @@ func (p *Proxy) http(c net.Conn, br *bufio.Reader) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	p.relay(c, up)
+}
+
+// target is where req goes: a CONNECT's host:port, or the host and port
+// (default 80) of an absolute http:// URL; any other request is refused.
+func target(req *http.Request) (string, int, error) {
+	if req.Method == http.MethodConnect {
+		return splitHostPort(req.Host)
+	}
+	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
+		return "", 0, errors.New("only CONNECT and absolute http:// requests are proxied")
+	}
+	host, port := req.URL.Hostname(), 80
+	if ps := req.URL.Port(); ps != "" {
+		var err error
+		if port, err = parsePort(ps); err != nil {
+			return "", 0, err
+		}
+	}
+	return host, port, nil
 }
 
 // relay copies a plain HTTP response back; the client sends nothing more.

@@ -72,13 +72,8 @@ const HelperExitCode = 125
 // limitResources lists the rlimits in protocol order. DATA comes last so
 // that the helper needs no new memory after the data limit is in place
 // until it execs.
-var limitResources = [nLimits]struct {
-	res  int
-	name string
-}{
-	{unix.RLIMIT_CPU, "RLIMIT_CPU"},
-	{unix.RLIMIT_FSIZE, "RLIMIT_FSIZE"},
-	{unix.RLIMIT_NOFILE, "RLIMIT_NOFILE"},
+var limitResources = [nLimits]HelperLimit{
+	HelperLimits[0], HelperLimits[1], HelperLimits[2],
 	{unix.RLIMIT_DATA, "RLIMIT_DATA"},
 }
 
@@ -290,7 +285,7 @@ func parseHelperArgs(args []string) (helperPlan, error) {
 	for i := range nLimits {
 		l, err := parseRlimitArg(args[limitsAt+i])
 		if err != nil {
-			return helperPlan{}, fmt.Errorf("%s: %v", limitResources[i].name, err)
+			return helperPlan{}, fmt.Errorf("%s: %v", limitResources[i].Name, err)
 		}
 		limits[i] = l
 	}
@@ -308,17 +303,8 @@ func setLimits(limits [nLimits]rlimitArg) error {
 		if !l.Set {
 			continue
 		}
-		r := limitResources[i]
-		want := unix.Rlimit{Cur: l.Soft, Max: l.Hard}
-		if err := unix.Setrlimit(r.res, &want); err != nil {
-			return fmt.Errorf("setrlimit %s to %s: %v", r.name, l, err)
-		}
-		var got unix.Rlimit
-		if err := unix.Getrlimit(r.res, &got); err != nil {
-			return fmt.Errorf("getrlimit %s: %v", r.name, err)
-		}
-		if got != want {
-			return fmt.Errorf("%s is %d:%d after setting %s", r.name, got.Cur, got.Max, l)
+		if err := limitResources[i].Set(l); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -374,28 +374,11 @@ func (r *Runner) rlimits(l wire.Limits, rlimitData bool) ([nLimits]rlimitArg, er
 	if rlimitData {
 		want[3] = l.MemoryBytes
 	}
-	for i, v := range want {
-		if v == 0 {
-			continue
-		}
-		soft, hard := uint64(v), uint64(v)
-		if limitResources[i].res == unix.RLIMIT_CPU {
-			// One second between soft and hard: SIGXCPU first, so the
-			// program is seen to die of its CPU limit, then SIGKILL.
-			hard = soft + 1
-		}
-		if !r.noClamp {
-			var cur unix.Rlimit
-			if err := unix.Getrlimit(limitResources[i].res, &cur); err != nil {
-				return out, fmt.Errorf("process: getrlimit %s: %w", limitResources[i].name, err)
-			}
-			if cur.Max != math.MaxUint64 { // RLIM_INFINITY
-				hard = min(hard, cur.Max)
-				soft = min(soft, hard)
-			}
-		}
-		out[i] = rlimitArg{Set: true, Soft: soft, Hard: hard}
+	args, err := LimitArgs(limitResources[:], want[:], !r.noClamp, math.MaxUint64) // RLIM_INFINITY
+	if err != nil {
+		return out, fmt.Errorf("process: %w", err)
 	}
+	copy(out[:], args)
 	return out, nil
 }
 
@@ -714,7 +697,7 @@ func Rlimits(l wire.Limits, rlimitData bool) ([]Rlimit, error) {
 	var out []Rlimit
 	for i, a := range args {
 		if a.Set {
-			out = append(out, Rlimit{Resource: limitResources[i].res, Name: limitResources[i].name, Cur: a.Soft, Max: a.Hard})
+			out = append(out, Rlimit{Resource: limitResources[i].Res, Name: limitResources[i].Name, Cur: a.Soft, Max: a.Hard})
 		}
 	}
 	return out, nil

@@ -218,25 +218,13 @@ func limitArgs(l wire.Limits) ([nLimits]limit, error) {
 		return out, fmt.Errorf("seatbelt: negative limit in %+v", l)
 	}
 	want := [nLimits]int64{int64(l.CPUSeconds), l.FsizeBytes, int64(l.Nofile)}
-	for i, v := range want {
-		if v == 0 {
-			continue
-		}
-		soft, hard := uint64(v), uint64(v)
-		if limitResources[i].res == unix.RLIMIT_CPU {
-			hard = soft + 1 // SIGXCPU first, then SIGKILL a second later
-		}
-		var cur unix.Rlimit
-		if err := unix.Getrlimit(limitResources[i].res, &cur); err != nil {
-			return out, fmt.Errorf("seatbelt: getrlimit %s: %w", limitResources[i].name, err)
-		}
-		// RLIM_INFINITY is MaxUint64 on Linux, MaxInt64 on macOS.
-		if cur.Max < math.MaxInt64 {
-			hard = min(hard, cur.Max)
-			soft = min(soft, hard)
-		}
-		out[i] = limit{Set: true, Soft: soft, Hard: hard}
+	// RLIM_INFINITY is MaxUint64 on Linux, MaxInt64 on macOS: at or
+	// above MaxInt64 is no bound on either.
+	args, err := process.LimitArgs(limitResources[:], want[:], true, math.MaxInt64)
+	if err != nil {
+		return out, fmt.Errorf("seatbelt: %w", err)
 	}
+	copy(out[:], args)
 	return out, nil
 }
 

@@ -37,19 +37,12 @@ const (
 )
 
 // HelperExitCode is the exit status of a helper that refused to start.
-const HelperExitCode = 125
+const HelperExitCode = process.HelperExitCode
 
 // limitResources are the limits in protocol order. RLIMIT_AS is not among
 // them: macOS accepts it but does not enforce it, and a limit that is
 // silently not applied must not be reported as applied.
-var limitResources = [nLimits]struct {
-	res  int
-	name string
-}{
-	{unix.RLIMIT_CPU, "RLIMIT_CPU"},
-	{unix.RLIMIT_FSIZE, "RLIMIT_FSIZE"},
-	{unix.RLIMIT_NOFILE, "RLIMIT_NOFILE"},
-}
+var limitResources [nLimits]process.HelperLimit = process.HelperLimits
 
 // MaybeRunHelper turns this process into the seatbelt helper when it was
 // started as one and returns immediately otherwise. The gateway's main calls
@@ -96,22 +89,13 @@ func runHelper(args []string) int {
 	for i := range nLimits {
 		l, err := parseLimit(args[1+i])
 		if err != nil {
-			return fail("%s: %v", limitResources[i].name, err)
+			return fail("%s: %v", limitResources[i].Name, err)
 		}
 		if !l.Set {
 			continue
 		}
-		r := limitResources[i]
-		want := unix.Rlimit{Cur: l.Soft, Max: l.Hard}
-		if err := unix.Setrlimit(r.res, &want); err != nil {
-			return fail("setrlimit %s to %d:%d: %v", r.name, l.Soft, l.Hard, err)
-		}
-		var got unix.Rlimit
-		if err := unix.Getrlimit(r.res, &got); err != nil {
-			return fail("getrlimit %s: %v", r.name, err)
-		}
-		if got != want {
-			return fail("%s is %d:%d after setting %d:%d", r.name, got.Cur, got.Max, l.Soft, l.Hard)
+		if err := limitResources[i].Set(l); err != nil {
+			return fail("%v", err)
 		}
 	}
 	if _, err := unix.FcntlInt(statusFD, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {

@@ -33,6 +33,13 @@ func configFlag(fs *pflag.FlagSet) *string {
 	return fs.String("config", os.Getenv("PORTCULLIS_CONFIG"), "config file (YAML)")
 }
 
+// configCmd is an operator command that reads the config file (--config):
+// the command, its flags and the config path.
+func configCmd(use, short string, args cobra.PositionalArgs) (*cobra.Command, *pflag.FlagSet, *string) {
+	c := &cobra.Command{Use: use, Short: short, Args: args}
+	return c, c.Flags(), configFlag(c.Flags())
+}
+
 // openConfiguredStore loads the config at path and opens its evidence store,
 // for the operator commands that read evidence (query, export, replay).
 func openConfiguredStore(ctx context.Context, path string) (evidence.Store, config.Config, error) {
@@ -51,8 +58,7 @@ func loadToolConfig(path string) (config.Config, error) {
 }
 
 func migrateCmd() *cobra.Command {
-	c := &cobra.Command{Use: "migrate [--config FILE]", Short: "apply evidence store migrations", Args: noArgs}
-	cfgPath := configFlag(c.Flags())
+	c, _, cfgPath := configCmd("migrate [--config FILE]", "apply evidence store migrations", noArgs)
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		return cmdMigrate(c.Context(), *cfgPath, c.OutOrStdout())
 	}
@@ -108,8 +114,7 @@ func sqlitePath(cfg config.Config) (string, error) {
 
 // cmdDoctor checks each part the gateway needs and says what is wrong.
 func doctorCmd() *cobra.Command {
-	c := &cobra.Command{Use: "doctor [--config FILE]", Short: "check store, migrations, sandbox and policy", Args: noArgs}
-	cfgPath := configFlag(c.Flags())
+	c, _, cfgPath := configCmd("doctor [--config FILE]", "check store, migrations, sandbox and policy", noArgs)
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		return cmdDoctor(c.Context(), *cfgPath, c.OutOrStdout())
 	}

@@ -280,13 +280,8 @@ type verifyOutput struct {
 // kept outside the database, and says plainly when none anchored the
 // result.
 func evidenceVerifyCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use:   "verify [--config FILE] [--key K] [--checkpoint F]... [--checkpoints DIR]...",
-		Short: "check the chains, the tree and the checkpoints",
-		Args:  noArgs,
-	}
-	fs := c.Flags()
-	cfgPath := configFlag(fs)
+	c, fs, cfgPath := configCmd("verify [--config FILE] [--key K] [--checkpoint F]... [--checkpoints DIR]...",
+		"check the chains, the tree and the checkpoints", noArgs)
 	key := fs.String("key", "", "verifier key (name+hash+key) or a file holding it; default: derived from evidence.signing_key")
 	var external, dirs []string
 	fs.Func("checkpoint", "a checkpoint kept outside the database (file); repeatable", func(s string) error {
@@ -530,13 +525,8 @@ func anchorSources(dirs []string) string {
 }
 
 func evidenceQueryCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use:   "query [--config FILE] [--principal P] [--tool T] [--decision D] [--session S] [--outcome STATUS] [--error-code C] [--rule ID] [--since T] [--until T] [--limit N]",
-		Short: "list receipts as JSON lines, newest first",
-		Args:  noArgs,
-	}
-	fs := c.Flags()
-	cfgPath := configFlag(fs)
+	c, fs, cfgPath := configCmd("query [--config FILE] [--principal P] [--tool T] [--decision D] [--session S] [--outcome STATUS] [--error-code C] [--rule ID] [--since T] [--until T] [--limit N]",
+		"list receipts as JSON lines, newest first", noArgs)
 	f, parsed := filterFlags(fs)
 	fs.IntVar(&f.Limit, "limit", 100, "receipts to print (all pages are walked up to this many)")
 	c.RunE = func(c *cobra.Command, _ []string) error {
@@ -611,13 +601,8 @@ func filterFlags(fs *pflag.FlagSet) (f *evidence.Filter, parsed func() error) {
 // newest first, as JSON lines or CSV (the columns of GET
 // /v1/receipts/export), read from the store directly page by page.
 func evidenceExportCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use:   "export [--config FILE] [--format jsonl|csv] [filters]",
-		Short: "stream receipts as JSON lines or CSV",
-		Args:  noArgs,
-	}
-	fs := c.Flags()
-	cfgPath := configFlag(fs)
+	c, fs, cfgPath := configCmd("export [--config FILE] [--format jsonl|csv] [filters]",
+		"stream receipts as JSON lines or CSV", noArgs)
 	format := fs.String("format", "jsonl", "jsonl or csv")
 	f, parsed := filterFlags(fs)
 	limit := fs.Int("limit", 0, "stop after this many receipts (0: all)")

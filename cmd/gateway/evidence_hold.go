@@ -87,13 +87,8 @@ func parseHoldTime(flagName, v string) (time.Time, error) {
 }
 
 func holdPlaceCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use:   "place --config FILE --since TIME [--until TIME] --reason TEXT [--by PRINCIPAL]",
-		Short: "place a legal hold",
-		Args:  noArgs,
-	}
-	fs := c.Flags()
-	cfgPath := configFlag(fs)
+	c, fs, cfgPath := configCmd("place --config FILE --since TIME [--until TIME] --reason TEXT [--by PRINCIPAL]",
+		"place a legal hold", noArgs)
 	sinceF := fs.String("since", "", "start of the held evidence (required)")
 	untilF := fs.String("until", "", "end of the held evidence, exclusive (default: open-ended)")
 	reason := fs.String("reason", "", "case or matter reference and why (required)")
@@ -128,13 +123,8 @@ func holdPlaceCmd() *cobra.Command {
 }
 
 func holdListCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use:   "list --config FILE [--active] [--json]",
-		Short: "list legal holds",
-		Args:  noArgs,
-	}
-	fs := c.Flags()
-	cfgPath := configFlag(fs)
+	c, fs, cfgPath := configCmd("list --config FILE [--active] [--json]",
+		"list legal holds", noArgs)
 	active := fs.Bool("active", false, "only holds not released")
 	asJSON := fs.Bool("json", false, "one JSON object per line")
 	c.RunE = func(c *cobra.Command, pos []string) error {
@@ -180,13 +170,8 @@ func holdListCmd() *cobra.Command {
 }
 
 func holdReleaseCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use:   "release ID --config FILE --reason TEXT [--by PRINCIPAL]",
-		Short: "release a legal hold",
-		Args:  exactArgs(1),
-	}
-	fs := c.Flags()
-	cfgPath := configFlag(fs)
+	c, fs, cfgPath := configCmd("release ID --config FILE --reason TEXT [--by PRINCIPAL]",
+		"release a legal hold", exactArgs(1))
 	reason := fs.String("reason", "", "why the hold ends (required)")
 	by := fs.String("by", operator(), "who releases the hold, as recorded")
 	c.RunE = func(c *cobra.Command, args []string) error {

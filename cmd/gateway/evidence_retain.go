@@ -19,13 +19,8 @@ import (
 // evidence.retention: monthly partitions on PostgreSQL, the months' rows on
 // the embedded SQLite store (evidence.Retain).
 func evidenceRetainCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use:   "retain --config FILE [--dry-run]",
-		Short: "drop expired months after a retention event; exit 3 when legal holds kept some months",
-		Args:  noArgs,
-	}
-	fs := c.Flags()
-	cfgPath := configFlag(fs)
+	c, fs, cfgPath := configCmd("retain --config FILE [--dry-run]",
+		"drop expired months after a retention event; exit 3 when legal holds kept some months", noArgs)
 	dryRun := fs.Bool("dry-run", false, "list the partitions that would be dropped; change nothing")
 	c.RunE = func(c *cobra.Command, pos []string) error {
 		ctx, stdout := c.Context(), c.OutOrStdout()

@@ -6,9 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
@@ -109,21 +106,11 @@ func (st *identityStack) run(ctx context.Context, log *slog.Logger) {
 		return
 	}
 	go st.tls.Run(ctx)
-	go func() {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				if changed, err := st.tls.Reload(); err == nil && !changed {
-					log.Info("tls: certificate files unchanged on SIGHUP")
-				}
-			}
+	go onSIGHUP(ctx, func() {
+		if changed, err := st.tls.Reload(); err == nil && !changed {
+			log.Info("tls: certificate files unchanged on SIGHUP")
 		}
-	}()
+	})
 }
 
 // logFields are added to the "listening" line.

@@ -399,13 +399,8 @@ type replayOutcome struct {
 // from evidence, which keeps only redacted arguments and no resolved facts:
 // see the limits in the report.
 func policyReplayCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use:   "replay --config FILE RECEIPT_ID [--bundle DIR|FILE.tar.gz]",
-		Short: "re-decide a receipt against its archived bundle; exit 1 on a different decision",
-		Args:  exactArgs(1),
-	}
-	fs := c.Flags()
-	cfgPath := configFlag(fs)
+	c, fs, cfgPath := configCmd("replay --config FILE RECEIPT_ID [--bundle DIR|FILE.tar.gz]",
+		"re-decide a receipt against its archived bundle; exit 1 on a different decision", exactArgs(1))
 	bundlePath := fs.String("bundle", "", "bundle directory or .tar.gz (default: the archived bundle of the receipt's revision)")
 	c.RunE = func(c *cobra.Command, pos []string) error {
 		ctx, stdout := c.Context(), c.OutOrStdout()

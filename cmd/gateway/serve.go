@@ -575,6 +575,17 @@ func instanceID(cfg config.Config) string {
 // reloadOnHUP reloads the policy on SIGHUP through the same checks as any
 // activation; a refused bundle leaves the previous one live.
 func reloadOnHUP(ctx context.Context, st *stack, log *slog.Logger) {
+	onSIGHUP(ctx, func() {
+		res, err := st.policy.manager.Reload(ctx, bundles.TriggerSignal)
+		if err != nil {
+			return // logged, with the reason, by the manager
+		}
+		log.Info("policy reload on SIGHUP", "status", res.Status, "revision", res.Policy.Revision, "digest", res.Policy.Digest)
+	})
+}
+
+// onSIGHUP calls f on every SIGHUP, one at a time, until ctx ends.
+func onSIGHUP(ctx context.Context, f func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -583,11 +594,7 @@ func reloadOnHUP(ctx context.Context, st *stack, log *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			res, err := st.policy.manager.Reload(ctx, bundles.TriggerSignal)
-			if err != nil {
-				continue // logged, with the reason, by the manager
-			}
-			log.Info("policy reload on SIGHUP", "status", res.Status, "revision", res.Policy.Revision, "digest", res.Policy.Digest)
+			f()
 		}
 	}
 }

@@ -140,13 +140,3 @@ func closeConn(c *pgx.Conn) {
 }
 
 var _ evidence.RunLister = (*Store)(nil)
-
-// UnansweredRuns lists approved parked calls without an answer, oldest
-// approval first.
-func (s *Store) UnansweredRuns(ctx context.Context, limit int) ([]uuid.UUID, error) {
-	ids, err := s.queryIDs(ctx, "SELECT id FROM portcullis_approvals WHERE status = 'approved' AND response IS NULL ORDER BY decided_at, id LIMIT $1", limit)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: unanswered runs: %w", err)
-	}
-	return ids, nil
-}

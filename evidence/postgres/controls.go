@@ -140,44 +140,49 @@ func (s *Store) RefundQuotas(ctx context.Context, draws []evidence.QuotaDraw) er
 
 // QuotaUsage lists key's windows, newest first.
 func (s *Store) QuotaUsage(ctx context.Context, key string, limit int) ([]wire.QuotaUsage, error) {
-	rows, err := s.q.Query(ctx, sqlQuotaUsage, key, limit)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: quota usage: %w", classify(err))
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (wire.QuotaUsage, error) {
+	out, err := collect(ctx, s.q, func(r pgx.CollectableRow) (wire.QuotaUsage, error) {
 		var u wire.QuotaUsage
 		var start int64
 		err := r.Scan(&u.Key, &u.WindowS, &start, &u.Used, &u.Limit)
 		u.WindowStart = time.Unix(start, 0).UTC()
 		return u, err
-	})
+	}, sqlQuotaUsage, key, limit)
 	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: quota usage: %w", classify(err))
+		return nil, fmt.Errorf("evidence/postgres: quota usage: %w", err)
 	}
 	return out, nil
 }
 
 // dialect is how the statements both stores share are written here.
 var dialect = evidence.SQLDialect{
-	Dollar:   true,
-	UUID:     func(id uuid.UUID) any { return pgUUID(id) },
-	Time:     func(t time.Time) any { return t },
-	JSON:     func(b []byte) any { return b },
-	NullJSON: func(b json.RawMessage) any { return jsonOrNil(b) },
+	Dollar:    true,
+	UUID:      func(id uuid.UUID) any { return pgUUID(id) },
+	Time:      func(t time.Time) any { return t },
+	JSON:      func(b []byte) any { return b },
+	NullJSON:  func(b json.RawMessage) any { return jsonOrNil(b) },
+	JSONField: func(col, key string) string { return col + "->>'" + key + "'" },
+	// Served by the GIN index on rule_ids (migration 00004).
+	HasRule: func(ph string) string { return "rule_ids @> ARRAY[" + ph + "]::text[]" },
+	Contains: func(col, ph string) string {
+		return "strpos(lower(coalesce(" + col + "::text, '')), lower(" + ph + "::text)) > 0"
+	},
+	UUIDArray: func(ids []uuid.UUID) any {
+		pg := make([]pgtype.UUID, len(ids))
+		for i, id := range ids {
+			pg[i] = pgUUID(id)
+		}
+		return pg
+	},
 }
 
 // The shared statements, rebound once.
 var (
-	sqlQuotaUsage       = dialect.SQL(evidence.SQLQuotaUsage)
-	sqlParkCall         = dialect.SQL(evidence.SQLParkCall)
-	sqlParkedByID       = dialect.SQL(evidence.SQLParkedByID)
-	sqlParkedForUpdate  = sqlParkedByID + " FOR UPDATE"
-	sqlParkedByReceipt  = dialect.SQL(evidence.SQLParkedByReceipt)
-	sqlParkedList       = dialect.SQL(evidence.SQLParkedList)
-	sqlSettleParked     = dialect.SQL(evidence.SQLSettleParked)
-	sqlExpiredParked    = dialect.SQL(evidence.SQLExpiredParked)
-	sqlPendingDecisions = dialect.SQL(evidence.SQLPendingDecisions)
-	sqlChainHead        = dialect.SQL(evidence.SQLChainHead)
+	sqlQuotaUsage      = dialect.SQL(evidence.SQLQuotaUsage)
+	sqlParkCall        = dialect.SQL(evidence.SQLParkCall)
+	sqlParkedByID      = dialect.SQL(evidence.SQLParkedByID)
+	sqlParkedForUpdate = sqlParkedByID + " FOR UPDATE"
+	sqlSettleParked    = dialect.SQL(evidence.SQLSettleParked)
+	sqlChainHead       = dialect.SQL(evidence.SQLChainHead)
 )
 
 // ParkCall stores a pending parked call.
@@ -230,42 +235,7 @@ func scanParked(r pgx.CollectableRow) (evidence.ParkedCall, error) {
 }
 
 func (s *Store) parked(ctx context.Context, q string, args ...any) ([]evidence.ParkedCall, error) {
-	rows, err := s.q.Query(ctx, q, args...)
-	if err != nil {
-		return nil, classify(err)
-	}
-	out, err := pgx.CollectRows(rows, scanParked)
-	return out, classify(err)
-}
-
-func (s *Store) oneParked(ctx context.Context, q string, arg any) (evidence.ParkedCall, error) {
-	list, err := s.parked(ctx, q, arg)
-	if err != nil {
-		return evidence.ParkedCall{}, fmt.Errorf("evidence/postgres: approval: %w", err)
-	}
-	if len(list) == 0 {
-		return evidence.ParkedCall{}, evidence.ErrApprovalNotFound
-	}
-	return list[0], nil
-}
-
-// ParkedCall returns one parked call.
-func (s *Store) ParkedCall(ctx context.Context, id uuid.UUID) (evidence.ParkedCall, error) {
-	return s.oneParked(ctx, sqlParkedByID, pgUUID(id))
-}
-
-// ParkedCallByReceipt returns the parked call of a receipt.
-func (s *Store) ParkedCallByReceipt(ctx context.Context, receiptID uuid.UUID) (evidence.ParkedCall, error) {
-	return s.oneParked(ctx, sqlParkedByReceipt, pgUUID(receiptID))
-}
-
-// ParkedCalls lists parked calls, oldest first.
-func (s *Store) ParkedCalls(ctx context.Context, status string, limit int) ([]evidence.ParkedCall, error) {
-	list, err := s.parked(ctx, sqlParkedList, status, limit)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: approvals: %w", err)
-	}
-	return list, nil
+	return collect(ctx, s.q, scanParked, q, args...)
 }
 
 // SettleParked moves a parked call from one status to another exactly
@@ -304,13 +274,4 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 		return p, fmt.Errorf("evidence/postgres: settle approval: %w", classify(err))
 	}
 	return settled, nil
-}
-
-// ExpiredParked lists pending calls whose expiry has passed.
-func (s *Store) ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error) {
-	ids, err := s.queryIDs(ctx, sqlExpiredParked, now, limit)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: expired approvals: %w", err)
-	}
-	return ids, nil
 }

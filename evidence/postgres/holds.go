@@ -14,17 +14,6 @@ const holdLock = "portcullis.evidence_holds"
 
 var _ evidence.HoldStore = (*Store)(nil)
 
-// HoldEvents returns every stored legal_hold and legal_hold_release event,
-// oldest first, from the (kind, ts) index of the non-receipt kinds.
-func (s *Store) HoldEvents(ctx context.Context) ([]evidence.Event, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind IN ($1, $2) ORDER BY ts, id",
-		evidence.KindLegalHold, evidence.KindLegalHoldRelease)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: legal hold events: %w", err)
-	}
-	return evs, nil
-}
-
 // LockHolds takes the legal hold lock: a session advisory lock on a
 // dedicated connection, waited for (pg_advisory_lock) until ctx ends. It
 // dies with the connection, so a crashed retention run or placement never

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"golang.org/x/mod/sumdb/tlog"
@@ -19,85 +18,40 @@ var _ evidence.Ledger = (*Store)(nil)
 // checkpointer among replicas.
 const checkpointerLock = "portcullis.evidence.checkpointer"
 
-func scanChains(rows pgx.Rows) ([]evidence.ChainInfo, error) {
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (evidence.ChainInfo, error) {
-		var (
-			id  pgtype.UUID
-			max int64
-		)
-		err := r.Scan(&id, &max)
-		return evidence.ChainInfo{ChainID: id.Bytes, MaxSeq: max}, err
-	})
-}
-
-// Chains lists every chain in the events (a full scan; for verify).
-func (s *Store) Chains(ctx context.Context) ([]evidence.ChainInfo, error) {
-	rows, err := s.q.Query(ctx, "SELECT chain_id, max(chain_seq) FROM evidence_events GROUP BY chain_id ORDER BY chain_id")
+// collect runs q and scans each row with scan: the one row loop of the
+// store's reads. Its error is classified, not yet wrapped.
+func collect[T any](ctx context.Context, db querier, scan pgx.RowToFunc[T], q string, args ...any) ([]T, error) {
+	rows, err := db.Query(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: chains: %w", classify(err))
+		return nil, classify(err)
 	}
-	out, err := scanChains(rows)
+	out, err := pgx.CollectRows(rows, scan)
 	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: chains: %w", classify(err))
+		return nil, classify(err)
 	}
 	return out, nil
+}
+
+func scanChain(r pgx.CollectableRow) (evidence.ChainInfo, error) {
+	var (
+		id  pgtype.UUID
+		max int64
+	)
+	err := r.Scan(&id, &max)
+	return evidence.ChainInfo{ChainID: id.Bytes, MaxSeq: max}, err
 }
 
 // ActiveChains lists chains by their chain_start events, each with its
 // highest sequence: index probes only (evidence_events_chain_start and
 // evidence_events_chain), never a scan of the events.
 func (s *Store) ActiveChains(ctx context.Context) ([]evidence.ChainInfo, error) {
-	rows, err := s.q.Query(ctx, `SELECT c.chain_id,
+	out, err := collect(ctx, s.q, scanChain, `SELECT c.chain_id,
 		(SELECT e.chain_seq FROM evidence_events e WHERE e.chain_id = c.chain_id ORDER BY e.chain_seq DESC LIMIT 1)
 		FROM evidence_events c WHERE c.kind = 'chain_start'`)
 	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: active chains: %w", classify(err))
-	}
-	out, err := scanChains(rows)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: active chains: %w", classify(err))
+		return nil, fmt.Errorf("evidence/postgres: active chains: %w", err)
 	}
 	return out, nil
-}
-
-// ChainEventsFrom returns up to limit events of a chain from sequence from.
-func (s *Store) ChainEventsFrom(ctx context.Context, chainID uuid.UUID, from int64, limit int) ([]evidence.Event, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE chain_id = $1 AND chain_seq >= $2 ORDER BY chain_seq, id LIMIT $3",
-		pgUUID(chainID), from, limit)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: chain %s from %d: %w", chainID, from, err)
-	}
-	return evs, nil
-}
-
-// EventsOfReceipt returns the events of one receipt.
-func (s *Store) EventsOfReceipt(ctx context.Context, id uuid.UUID) ([]evidence.Event, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE receipt_id = $1 ORDER BY ts, id", pgUUID(id))
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: events of receipt %s: %w", id, err)
-	}
-	return evs, nil
-}
-
-// TreeHeads returns the tree size and each chain's last sequence in it.
-func (s *Store) TreeHeads(ctx context.Context) (int64, map[uuid.UUID]int64, error) {
-	var size int64
-	if err := s.q.QueryRow(ctx, "SELECT coalesce(max(leaf_index) + 1, 0) FROM evidence_tree").Scan(&size); err != nil {
-		return 0, nil, fmt.Errorf("evidence/postgres: tree size: %w", classify(err))
-	}
-	rows, err := s.q.Query(ctx, "SELECT chain_id, max(chain_seq) FROM evidence_tree GROUP BY chain_id")
-	if err != nil {
-		return 0, nil, fmt.Errorf("evidence/postgres: tree heads: %w", classify(err))
-	}
-	cs, err := scanChains(rows)
-	if err != nil {
-		return 0, nil, fmt.Errorf("evidence/postgres: tree heads: %w", classify(err))
-	}
-	heads := make(map[uuid.UUID]int64, len(cs))
-	for _, c := range cs {
-		heads[c.ChainID] = c.MaxSeq
-	}
-	return size, heads, nil
 }
 
 // ReadHashes returns stored tree hashes by index; a missing one is an
@@ -186,120 +140,58 @@ func (s *Store) AppendTree(ctx context.Context, a evidence.TreeAppend) error {
 	return nil
 }
 
-func scanCheckpoints(rows pgx.Rows) ([]evidence.StoredCheckpoint, error) {
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (evidence.StoredCheckpoint, error) {
-		var (
-			c    evidence.StoredCheckpoint
-			root []byte
-		)
-		err := r.Scan(&c.Size, &root, &c.Note, &c.CreatedAt)
-		copy(c.Root[:], root)
-		c.CreatedAt = c.CreatedAt.UTC()
-		return c, err
-	})
+func scanCheckpoint(r pgx.CollectableRow) (evidence.StoredCheckpoint, error) {
+	var (
+		c    evidence.StoredCheckpoint
+		root []byte
+	)
+	err := r.Scan(&c.Size, &root, &c.Note, &c.CreatedAt)
+	copy(c.Root[:], root)
+	c.CreatedAt = c.CreatedAt.UTC()
+	return c, err
 }
 
-// Checkpoints lists stored checkpoints, smallest first.
-func (s *Store) Checkpoints(ctx context.Context) ([]evidence.StoredCheckpoint, error) {
-	rows, err := s.q.Query(ctx, "SELECT tree_size, root_hash, note, created_at FROM evidence_checkpoints ORDER BY tree_size")
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: checkpoints: %w", classify(err))
-	}
-	cps, err := scanCheckpoints(rows)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: checkpoints: %w", classify(err))
-	}
-	return cps, nil
-}
-
-// LatestCheckpoint returns the largest checkpoint or evidence.ErrNotFound.
-func (s *Store) LatestCheckpoint(ctx context.Context) (evidence.StoredCheckpoint, error) {
-	rows, err := s.q.Query(ctx, "SELECT tree_size, root_hash, note, created_at FROM evidence_checkpoints ORDER BY tree_size DESC LIMIT 1")
-	if err != nil {
-		return evidence.StoredCheckpoint{}, fmt.Errorf("evidence/postgres: latest checkpoint: %w", classify(err))
-	}
-	cps, err := scanCheckpoints(rows)
-	if err != nil {
-		return evidence.StoredCheckpoint{}, fmt.Errorf("evidence/postgres: latest checkpoint: %w", classify(err))
-	}
-	if len(cps) == 0 {
-		return evidence.StoredCheckpoint{}, fmt.Errorf("no checkpoint yet: %w", evidence.ErrNotFound)
-	}
-	return cps[0], nil
-}
-
-func scanLeaves(rows pgx.Rows) ([]evidence.Leaf, error) {
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (evidence.Leaf, error) {
-		var (
-			l         evidence.Leaf
-			id, chain pgtype.UUID
-		)
-		err := r.Scan(&l.Index, &id, &l.EventTime, &chain, &l.ChainSeq)
-		l.EventID, l.ChainID, l.EventTime = id.Bytes, chain.Bytes, l.EventTime.UTC()
-		return l, err
-	})
-}
-
-// LeafOf returns the leaf of an event or evidence.ErrNotFound.
-func (s *Store) LeafOf(ctx context.Context, eventID uuid.UUID) (evidence.Leaf, error) {
-	rows, err := s.q.Query(ctx, "SELECT leaf_index, event_id, event_ts, chain_id, chain_seq FROM evidence_tree WHERE event_id = $1", pgUUID(eventID))
-	if err != nil {
-		return evidence.Leaf{}, fmt.Errorf("evidence/postgres: leaf of %s: %w", eventID, classify(err))
-	}
-	ls, err := scanLeaves(rows)
-	if err != nil {
-		return evidence.Leaf{}, fmt.Errorf("evidence/postgres: leaf of %s: %w", eventID, classify(err))
-	}
-	if len(ls) == 0 {
-		return evidence.Leaf{}, fmt.Errorf("event %s is not in the tree yet: %w", eventID, evidence.ErrNotFound)
-	}
-	return ls[0], nil
-}
-
-// Leaves returns up to limit leaves from index from.
-func (s *Store) Leaves(ctx context.Context, from int64, limit int) ([]evidence.Leaf, error) {
-	rows, err := s.q.Query(ctx, "SELECT leaf_index, event_id, event_ts, chain_id, chain_seq FROM evidence_tree WHERE leaf_index >= $1 ORDER BY leaf_index LIMIT $2", from, limit)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: leaves: %w", classify(err))
-	}
-	ls, err := scanLeaves(rows)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: leaves: %w", classify(err))
-	}
-	return ls, nil
+func scanLeaf(r pgx.CollectableRow) (evidence.Leaf, error) {
+	var (
+		l         evidence.Leaf
+		id, chain pgtype.UUID
+	)
+	err := r.Scan(&l.Index, &id, &l.EventTime, &chain, &l.ChainSeq)
+	l.EventID, l.ChainID, l.EventTime = id.Bytes, chain.Bytes, l.EventTime.UTC()
+	return l, err
 }
 
 // Stats sums the hourly rollups (decisions, migration 00002; rule ids,
 // migration 00006) into hour or day buckets: two range scans of their
 // primary keys, never of the events.
 func (s *Store) Stats(ctx context.Context, q evidence.StatsQuery) ([]evidence.StatsBucket, error) {
-	rows, err := s.q.Query(ctx, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly
+	cells, err := collect(ctx, s.q, scanRollupCell, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly
 		WHERE hour >= $1 AND hour < $2 ORDER BY hour`, q.Since, q.Until)
 	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: stats: %w", classify(err))
+		return nil, fmt.Errorf("evidence/postgres: stats: %w", err)
 	}
-	cells, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (evidence.RollupCell, error) {
-		var c evidence.RollupCell
-		err := r.Scan(&c.Hour, &c.PrincipalID, &c.Tool, &c.Decision, &c.N)
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: stats: %w", classify(err))
-	}
-	rows, err = s.q.Query(ctx, `SELECT hour, rule_id, n FROM evidence_rollup_rules_hourly
+	rules, err := collect(ctx, s.q, scanRuleCell, `SELECT hour, rule_id, n FROM evidence_rollup_rules_hourly
 		WHERE hour >= $1 AND hour < $2 ORDER BY hour`, q.Since, q.Until)
 	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: rule stats: %w", classify(err))
-	}
-	rules, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (evidence.RuleRollupCell, error) {
-		var c evidence.RuleRollupCell
-		err := r.Scan(&c.Hour, &c.RuleID, &c.N)
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: rule stats: %w", classify(err))
+		return nil, fmt.Errorf("evidence/postgres: rule stats: %w", err)
 	}
 	return evidence.Bucket(cells, rules, q), nil
+}
+
+// scanRollupCell reads one evidence_rollup_hourly row.
+func scanRollupCell(r pgx.CollectableRow) (evidence.RollupCell, error) {
+	var c evidence.RollupCell
+	err := r.Scan(&c.Hour, &c.PrincipalID, &c.Tool, &c.Decision, &c.N)
+	c.Hour = c.Hour.UTC()
+	return c, err
+}
+
+// scanRuleCell reads one evidence_rollup_rules_hourly row.
+func scanRuleCell(r pgx.CollectableRow) (evidence.RuleRollupCell, error) {
+	var c evidence.RuleRollupCell
+	err := r.Scan(&c.Hour, &c.RuleID, &c.N)
+	c.Hour = c.Hour.UTC()
+	return c, err
 }
 
 // TryLead takes the checkpointer's session advisory lock on a dedicated
@@ -338,31 +230,13 @@ var _ evidence.RollupReader = (*Store)(nil)
 
 // RollupCells returns every stored hourly count, for Verify.
 func (s *Store) RollupCells(ctx context.Context) ([]evidence.RollupCell, []evidence.RuleRollupCell, error) {
-	rows, err := s.q.Query(ctx, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly ORDER BY hour`)
+	cells, err := collect(ctx, s.q, scanRollupCell, `SELECT hour, principal_id, tool, decision, n FROM evidence_rollup_hourly ORDER BY hour`)
 	if err != nil {
-		return nil, nil, fmt.Errorf("evidence/postgres: rollup: %w", classify(err))
+		return nil, nil, fmt.Errorf("evidence/postgres: rollup: %w", err)
 	}
-	cells, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (evidence.RollupCell, error) {
-		var c evidence.RollupCell
-		err := r.Scan(&c.Hour, &c.PrincipalID, &c.Tool, &c.Decision, &c.N)
-		c.Hour = c.Hour.UTC()
-		return c, err
-	})
+	rules, err := collect(ctx, s.q, scanRuleCell, `SELECT hour, rule_id, n FROM evidence_rollup_rules_hourly ORDER BY hour`)
 	if err != nil {
-		return nil, nil, fmt.Errorf("evidence/postgres: rollup: %w", classify(err))
-	}
-	rows, err = s.q.Query(ctx, `SELECT hour, rule_id, n FROM evidence_rollup_rules_hourly ORDER BY hour`)
-	if err != nil {
-		return nil, nil, fmt.Errorf("evidence/postgres: rule rollup: %w", classify(err))
-	}
-	rules, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (evidence.RuleRollupCell, error) {
-		var c evidence.RuleRollupCell
-		err := r.Scan(&c.Hour, &c.RuleID, &c.N)
-		c.Hour = c.Hour.UTC()
-		return c, err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("evidence/postgres: rule rollup: %w", classify(err))
+		return nil, nil, fmt.Errorf("evidence/postgres: rule rollup: %w", err)
 	}
 	return cells, rules, nil
 }

@@ -6,10 +6,8 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -27,13 +25,12 @@ import (
 
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/internal/rowcodec"
+	"github.com/portcullis/portcullis/evidence/internal/schema"
 	"github.com/portcullis/portcullis/migrations"
-	"github.com/portcullis/portcullis/wire"
 )
 
-// versionTable is goose's bookkeeping table, named for the project so it
-// never collides with another goose user of a shared database.
-const versionTable = "portcullis_schema_version"
+// versionTable is goose's bookkeeping table.
+const versionTable = schema.VersionTable
 
 // partitionInterval is how often the store makes sure next month's
 // partition exists while the gateway runs for months.
@@ -47,6 +44,9 @@ type Store struct {
 	q   querier
 	ro  *readOnly
 	log *slog.Logger
+	// reads are the reads both SQL stores share (evidence.SQLReads) over
+	// this store's row loops.
+	reads
 
 	// quotas group-commits quota draws (controls.go).
 	quotas evidence.QuotaBatch
@@ -57,6 +57,33 @@ type Store struct {
 }
 
 var _ evidence.Store = (*Store)(nil)
+
+// reads, embedded in Store, lends it the reads both SQL stores share.
+type reads = evidence.SQLReads
+
+// newStore is a store on pool that reads through q, its reads bound.
+func newStore(pool *pgxpool.Pool, q querier, ro *readOnly) *Store {
+	s := &Store{pool: pool, q: q, ro: ro, log: slog.New(slog.DiscardHandler), stop: make(chan struct{})}
+	s.reads = evidence.NewSQLReads("evidence/postgres", dialect, selectCols,
+		evidence.SQLRowLoops{
+			Events: s.query, Parked: s.parked, IDs: s.queryIDs,
+			Chains: func(ctx context.Context, q string, args ...any) ([]evidence.ChainInfo, error) {
+				return collect(ctx, s.q, scanChain, q, args...)
+			},
+			Checkpoints: func(ctx context.Context, q string, args ...any) ([]evidence.StoredCheckpoint, error) {
+				return collect(ctx, s.q, scanCheckpoint, q, args...)
+			},
+			Leaves: func(ctx context.Context, q string, args ...any) ([]evidence.Leaf, error) {
+				return collect(ctx, s.q, scanLeaf, q, args...)
+			},
+			Int64: func(ctx context.Context, q string, args ...any) (int64, error) {
+				var n int64
+				err := s.q.QueryRow(ctx, q, args...).Scan(&n)
+				return n, classify(err)
+			},
+		})
+	return s
+}
 
 // Open connects, applies pending migrations (safe with several replicas
 // starting at once: goose holds a session advisory lock), makes sure the
@@ -79,7 +106,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	s := &Store{pool: pool, q: pool, log: slog.New(slog.DiscardHandler), stop: make(chan struct{})}
+	s := newStore(pool, pool, nil)
 	if err := s.EnsurePartitions(ctx, time.Now()); err != nil {
 		pool.Close()
 		return nil, err
@@ -116,57 +143,31 @@ func MigrationStatus(ctx context.Context, url string) (current, latest int64, er
 	}
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
-	p, err := newProvider(db)
-	if err != nil {
-		return 0, 0, err
-	}
-	statuses, err := p.Status(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("evidence/postgres: migration status: %w", classify(err))
-	}
-	for _, st := range statuses {
-		latest = max(latest, st.Source.Version)
-		if st.State == goose.StateApplied {
-			current = max(current, st.Source.Version)
-		}
-	}
-	return current, latest, nil
+	return migrator.Status(ctx, db)
 }
 
-func newProvider(db *sql.DB) (*goose.Provider, error) {
-	sub, err := fs.Sub(migrations.FS, migrations.PostgresDir)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: migrations: %w", err)
-	}
-	// Poll the advisory lock every second (goose's default is 5 s) for up
-	// to 5 minutes, so replicas that lost the race start quickly.
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: migration locker: %w", err)
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, sub,
-		goose.WithTableName(versionTable),
-		goose.WithSessionLocker(locker),
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithSlog(slog.New(slog.DiscardHandler)),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: migrations: %w", err)
-	}
-	return p, nil
+// migrator runs the PostgreSQL migrations.
+var migrator = schema.Migrator{
+	Name:    "evidence/postgres",
+	Dialect: goose.DialectPostgres,
+	Dir:     migrations.PostgresDir,
+	Options: func() ([]goose.ProviderOption, error) {
+		// Poll the advisory lock every second (goose's default is 5 s)
+		// for up to 5 minutes, so replicas that lost the race start
+		// quickly.
+		locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
+		if err != nil {
+			return nil, fmt.Errorf("evidence/postgres: migration locker: %w", err)
+		}
+		return []goose.ProviderOption{goose.WithSessionLocker(locker)}, nil
+	},
+	Classify: classify,
 }
 
 func migrate(ctx context.Context, cfg *pgx.ConnConfig) error {
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
-	p, err := newProvider(db)
-	if err != nil {
-		return err
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("evidence/postgres: migrate: %w", classify(err))
-	}
-	return nil
+	return migrator.Up(ctx, db)
 }
 
 // redactURLError keeps a database password out of parse errors, which
@@ -405,120 +406,14 @@ func (s *Store) query(ctx context.Context, sql string, args ...any) ([]evidence.
 	return evs, nil
 }
 
-// Receipt returns the receipt with that id, or evidence.ErrNotFound.
-func (s *Store) Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE receipt_id = $1", pgUUID(id))
-	if err != nil {
-		return wire.Receipt{}, fmt.Errorf("evidence/postgres: receipt %s: %w", id, err)
-	}
-	return evidence.ReceiptFrom(id, evs)
-}
-
-// Receipts lists receipts newest first with keyset pagination over
-// (ts, id): pages stay stable while new receipts arrive.
-func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptList, error) {
-	p, err := f.Normalize()
-	if err != nil {
-		return wire.ReceiptList{}, err
-	}
-	var (
-		where = []string{"kind = 'decision'"}
-		args  []any
-	)
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
-	if p.Principal != "" {
-		where = append(where, "principal_id = "+arg(p.Principal))
-	}
-	if p.Tool != "" {
-		where = append(where, "tool = "+arg(p.Tool))
-	}
-	if p.Decision != "" {
-		where = append(where, "decision = "+arg(p.Decision))
-	}
-	if p.SessionID != "" {
-		where = append(where, "session_id = "+arg(p.SessionID))
-	}
-	// Outcome filters look at the latest outcome, exactly the one
-	// BuildReceipt shows (LatestOutcome: newest by ts, then id), through
-	// the receipt_id index.
-	const latest = "(SELECT o.outcome->>'%s' FROM evidence_events o WHERE o.receipt_id = evidence_events.id" +
-		" AND o.kind = 'outcome' ORDER BY o.ts DESC, o.id DESC LIMIT 1)"
-	switch p.Status {
-	case "":
-	case wire.StatusPending:
-		where = append(where, "NOT EXISTS (SELECT 1 FROM evidence_events o WHERE o.receipt_id = evidence_events.id AND o.kind = 'outcome')")
-	default:
-		where = append(where, fmt.Sprintf(latest, "status")+" = "+arg(p.Status))
-	}
-	if p.ErrorCode != "" {
-		where = append(where, fmt.Sprintf(latest, "error_code")+" = "+arg(p.ErrorCode))
-	}
-	if p.Rule != "" {
-		// Served by the GIN index on rule_ids (migration 00004).
-		where = append(where, "rule_ids @> ARRAY["+arg(p.Rule)+"]::text[]")
-	}
-	if p.Needle != "" {
-		// A bound parameter, matched with strpos (no LIKE wildcards to
-		// escape).
-		n := arg(p.Needle)
-		where = append(where, "(strpos(lower(coalesce(args::text, '')), lower("+n+"::text)) > 0 OR strpos(lower(coalesce(reasons::text, '')), lower("+n+"::text)) > 0)")
-	}
-	if !p.Since.IsZero() {
-		where = append(where, "ts >= "+arg(evidence.NormalizeTime(p.Since)))
-	}
-	if !p.Until.IsZero() {
-		where = append(where, "ts < "+arg(evidence.NormalizeTime(p.Until)))
-	}
-	if p.After {
-		where = append(where, "(ts, id) < ("+arg(p.AfterTime)+", "+arg(pgUUID(p.AfterID))+")")
-	}
-	q := "SELECT " + selectCols + " FROM evidence_events WHERE " + strings.Join(where, " AND ") +
-		" ORDER BY ts DESC, id DESC LIMIT " + arg(p.Limit+1)
-	decisions, err := s.query(ctx, q, args...)
-	if err != nil {
-		return wire.ReceiptList{}, fmt.Errorf("evidence/postgres: list receipts: %w", err)
-	}
-	list, err := evidence.PageReceipts(decisions, p.Limit, func(ids []uuid.UUID) ([]evidence.Event, error) {
-		pg := make([]pgtype.UUID, len(ids))
-		for i, id := range ids {
-			pg[i] = pgUUID(id)
-		}
-		return s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind = 'outcome' AND receipt_id = ANY($1)", pg)
-	})
-	if err != nil {
-		return wire.ReceiptList{}, fmt.Errorf("evidence/postgres: %w", err)
-	}
-	return list, nil
-}
-
-// PendingDecisions lists the instance's allow decisions without outcome.
-func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
-	ids, err := s.queryIDs(ctx, sqlPendingDecisions, instanceID)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: pending decisions: %w", err)
-	}
-	return ids, nil
-}
-
 // queryIDs runs q, whose one column is a uuid, and collects the ids: the
 // row loop of the id listings. Its error is classified, not yet wrapped.
 func (s *Store) queryIDs(ctx context.Context, q string, args ...any) ([]uuid.UUID, error) {
-	rows, err := s.q.Query(ctx, q, args...)
-	if err != nil {
-		return nil, classify(err)
-	}
-	ids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (uuid.UUID, error) {
+	return collect(ctx, s.q, func(r pgx.CollectableRow) (uuid.UUID, error) {
 		var id pgtype.UUID
 		err := r.Scan(&id)
 		return id.Bytes, err
-	})
-	if err != nil {
-		return nil, classify(err)
-	}
-	return ids, nil
+	}, q, args...)
 }
 
 // ChainHead returns the newest chain's last event of the instance.
@@ -536,15 +431,6 @@ func (s *Store) ChainHead(ctx context.Context, instanceID string) (uuid.UUID, in
 		return uuid.Nil, 0, nil, fmt.Errorf("evidence/postgres: chain head: %w", classify(err))
 	}
 	return chain.Bytes, seq, hash, nil
-}
-
-// ChainEvents returns one chain's events in sequence order.
-func (s *Store) ChainEvents(ctx context.Context, chainID uuid.UUID) ([]evidence.Event, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE chain_id = $1 ORDER BY chain_seq, id", pgUUID(chainID))
-	if err != nil {
-		return nil, fmt.Errorf("evidence/postgres: chain %s: %w", chainID, err)
-	}
-	return evs, nil
 }
 
 // Ping checks the database answers.
@@ -580,12 +466,7 @@ func (s *Store) MigrateDownTo(ctx context.Context, v int64) error {
 	}
 	db := stdlib.OpenDBFromPool(s.pool)
 	defer db.Close()
-	p, err := newProvider(db)
-	if err != nil {
-		return err
-	}
-	_, err = p.DownTo(ctx, v)
-	return err
+	return migrator.DownTo(ctx, db, v)
 }
 
 // Close stops maintenance and closes the pool.

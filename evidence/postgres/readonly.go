@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,7 +72,7 @@ func OpenReadOnly(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("evidence/postgres: begin read-only transaction: %w", classify(err))
 	}
-	s := &Store{pool: pool, q: tx, ro: &readOnly{conn: conn, tx: tx}, log: slog.New(slog.DiscardHandler), stop: make(chan struct{})}
+	s := newStore(pool, tx, &readOnly{conn: conn, tx: tx})
 	if err := s.checkSchema(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -92,34 +91,20 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	if !events || !versions {
 		return fmt.Errorf("%w: the database holds no Portcullis evidence schema (tables evidence_events and %s)", evidence.ErrNoStore, versionTable)
 	}
-	rows, err := s.q.Query(ctx, "SELECT version_id, is_applied FROM "+versionTable+" ORDER BY id")
+	rows, err := s.q.Query(ctx, evidence.SQLVersions(versionTable))
 	if err != nil {
 		return fmt.Errorf("evidence/postgres: schema version: %w", classify(err))
 	}
-	applied := map[int64]bool{}
-	for rows.Next() {
-		var (
-			v  int64
-			ok bool
-		)
-		if err := rows.Scan(&v, &ok); err != nil {
-			rows.Close()
-			return fmt.Errorf("evidence/postgres: schema version: %w", classify(err))
-		}
-		applied[v] = ok
-	}
-	if err := rows.Err(); err != nil {
+	applied, err := evidence.AppliedVersions(rows)
+	rows.Close()
+	if err != nil {
 		return fmt.Errorf("evidence/postgres: schema version: %w", classify(err))
 	}
 	db := stdlib.OpenDBFromPool(s.pool)
 	defer db.Close()
-	p, err := newProvider(db)
+	known, err := migrator.Versions(db)
 	if err != nil {
 		return err
-	}
-	var known []int64
-	for _, src := range p.ListSources() {
-		known = append(known, src.Version)
 	}
 	return evidence.CheckSchema("the database", applied, known)
 }

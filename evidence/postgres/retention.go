@@ -28,14 +28,10 @@ var _ evidence.RetentionStore = (*Store)(nil)
 func (s *Store) PlanRetention(ctx context.Context, cutoff, now time.Time) (RetentionPlan, error) {
 	plan := RetentionPlan{Cutoff: cutoff.UTC()}
 	thisMonth := evidence.MonthStart(now)
-	rows, err := s.q.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+	names, err := collect(ctx, s.q, pgx.RowTo[string], `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		WHERE i.inhparent = 'evidence_events'::regclass ORDER BY c.relname`)
 	if err != nil {
-		return plan, fmt.Errorf("evidence/postgres: list partitions: %w", classify(err))
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return plan, fmt.Errorf("evidence/postgres: list partitions: %w", classify(err))
+		return plan, fmt.Errorf("evidence/postgres: list partitions: %w", err)
 	}
 	for _, name := range names {
 		month, ok := strings.CutPrefix(name, "evidence_events_")

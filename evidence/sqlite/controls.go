@@ -27,14 +27,7 @@ const approvalKindVersion = 8
 const approvalKinds = `'checkpoint', 'retention', 'legal_hold', 'legal_hold_release', 'approval')`
 
 func approvalKindMigration() *goose.Migration {
-	return goose.NewGoMigration(approvalKindVersion,
-		&goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
-			return rebuildEvents(ctx, tx, newKinds, approvalKinds, deleteTrigger)
-		}},
-		&goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
-			return rebuildEvents(ctx, tx, approvalKinds, newKinds, deleteTrigger)
-		}},
-	)
+	return kindsMigration(approvalKindVersion, newKinds, approvalKinds, deleteTrigger, deleteTrigger)
 }
 
 // ConsumeQuotas draws on every quota, all or none, group-committed on
@@ -163,10 +156,17 @@ func (s *Store) QuotaUsage(ctx context.Context, key string, limit int) ([]wire.Q
 
 // dialect is how the statements both stores share are written here.
 var dialect = evidence.SQLDialect{
-	UUID:     func(id uuid.UUID) any { return id.String() },
-	Time:     func(t time.Time) any { return t.UnixMicro() },
-	JSON:     func(b []byte) any { return string(b) },
-	NullJSON: func(b json.RawMessage) any { return nullable(b) },
+	UUID:      func(id uuid.UUID) any { return id.String() },
+	Time:      func(t time.Time) any { return t.UnixMicro() },
+	JSON:      func(b []byte) any { return string(b) },
+	NullJSON:  func(b json.RawMessage) any { return nullable(b) },
+	JSONField: func(col, key string) string { return "json_extract(" + col + ", '$." + key + "')" },
+	// evidence_rule_ids is the index of rule_ids (migration 00004).
+	HasRule: func(ph string) string {
+		return "id IN (SELECT event_id FROM evidence_rule_ids WHERE rule_id = " + ph + ")"
+	},
+	// lower() folds ASCII letters only.
+	Contains: func(col, ph string) string { return "instr(lower(coalesce(" + col + ", '')), lower(" + ph + ")) > 0" },
 }
 
 // ParkCall stores a pending parked call.
@@ -239,36 +239,6 @@ func parkedRows(rows *sql.Rows, err error) ([]evidence.ParkedCall, error) {
 	return out, classify(rows.Err())
 }
 
-func (s *Store) oneParked(ctx context.Context, q string, arg any) (evidence.ParkedCall, error) {
-	list, err := parkedRows(s.q.QueryContext(ctx, q, arg))
-	if err != nil {
-		return evidence.ParkedCall{}, fmt.Errorf("evidence/sqlite: approval: %w", err)
-	}
-	if len(list) == 0 {
-		return evidence.ParkedCall{}, evidence.ErrApprovalNotFound
-	}
-	return list[0], nil
-}
-
-// ParkedCall returns one parked call.
-func (s *Store) ParkedCall(ctx context.Context, id uuid.UUID) (evidence.ParkedCall, error) {
-	return s.oneParked(ctx, evidence.SQLParkedByID, id.String())
-}
-
-// ParkedCallByReceipt returns the parked call of a receipt.
-func (s *Store) ParkedCallByReceipt(ctx context.Context, receiptID uuid.UUID) (evidence.ParkedCall, error) {
-	return s.oneParked(ctx, evidence.SQLParkedByReceipt, receiptID.String())
-}
-
-// ParkedCalls lists parked calls, oldest first.
-func (s *Store) ParkedCalls(ctx context.Context, status string, limit int) ([]evidence.ParkedCall, error) {
-	list, err := parkedRows(s.q.QueryContext(ctx, evidence.SQLParkedList, status, limit))
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: approvals: %w", err)
-	}
-	return list, nil
-}
-
 // SettleParked moves a parked call from one status to another exactly
 // once: on the single writer connection, inside an IMMEDIATE transaction
 // (the write lock is taken at BEGIN), so the status read and its update
@@ -300,13 +270,4 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 		return p, fmt.Errorf("evidence/sqlite: settle approval: %w", classify(err))
 	}
 	return p, nil
-}
-
-// ExpiredParked lists pending calls whose expiry has passed.
-func (s *Store) ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error) {
-	ids, err := queryAll(ctx, s.q, evidence.SQLExpiredParked, []any{now.UnixMicro(), limit}, scanID)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: expired approvals: %w", err)
-	}
-	return ids, nil
 }

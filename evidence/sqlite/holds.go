@@ -14,17 +14,6 @@ import (
 
 var _ evidence.HoldStore = (*Store)(nil)
 
-// HoldEvents returns every stored legal_hold and legal_hold_release event,
-// oldest first, from the (kind, ts) index of the non-receipt kinds.
-func (s *Store) HoldEvents(ctx context.Context) ([]evidence.Event, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind IN (?, ?) ORDER BY ts, id",
-		evidence.KindLegalHold, evidence.KindLegalHoldRelease)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: legal hold events: %w", err)
-	}
-	return evs, nil
-}
-
 // holdSems serializes legal hold locks within this process, per file (on
 // systems without flock, lockFileWait does not).
 var holdSems sync.Map // path -> chan struct{}
@@ -105,12 +94,19 @@ BEGIN
 END`
 
 func holdsMigration() *goose.Migration {
-	return goose.NewGoMigration(holdsVersion,
+	return kindsMigration(holdsVersion, oldKinds, newKinds, deleteTrigger, retentionDeleteTrigger)
+}
+
+// kindsMigration is the Go migration version that rebuilds evidence_events
+// (rebuildEvents) with its kind list changed from from to to and the
+// DELETE trigger upTrigger, and down again with downTrigger.
+func kindsMigration(version int64, from, to, upTrigger, downTrigger string) *goose.Migration {
+	return goose.NewGoMigration(version,
 		&goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
-			return rebuildEvents(ctx, tx, oldKinds, newKinds, deleteTrigger)
+			return rebuildEvents(ctx, tx, from, to, upTrigger)
 		}},
 		&goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
-			return rebuildEvents(ctx, tx, newKinds, oldKinds, retentionDeleteTrigger)
+			return rebuildEvents(ctx, tx, to, from, downTrigger)
 		}},
 	)
 }

@@ -34,77 +34,31 @@ func queryAll[T any](ctx context.Context, db querier, q string, args []any, scan
 	return out, classify(rows.Err())
 }
 
-func (s *Store) chains(ctx context.Context, q string) ([]evidence.ChainInfo, error) {
-	return queryAll(ctx, s.q, q, nil, func(rows *sql.Rows) (evidence.ChainInfo, error) {
-		var (
-			id  string
-			max int64
-		)
-		if err := rows.Scan(&id, &max); err != nil {
-			return evidence.ChainInfo{}, classify(err)
-		}
-		u, err := uuid.Parse(id)
-		if err != nil {
-			return evidence.ChainInfo{}, fmt.Errorf("stored chain_id %q: %w", id, err)
-		}
-		return evidence.ChainInfo{ChainID: u, MaxSeq: max}, nil
-	})
-}
-
-// Chains lists every chain in the events (a full scan; for verify).
-func (s *Store) Chains(ctx context.Context) ([]evidence.ChainInfo, error) {
-	cs, err := s.chains(ctx, "SELECT chain_id, max(chain_seq) FROM evidence_events GROUP BY chain_id ORDER BY chain_id")
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: chains: %w", err)
+// scanChain reads a chain_id and max(chain_seq) row.
+func scanChain(rows *sql.Rows) (evidence.ChainInfo, error) {
+	var (
+		id  string
+		max int64
+	)
+	if err := rows.Scan(&id, &max); err != nil {
+		return evidence.ChainInfo{}, classify(err)
 	}
-	return cs, nil
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return evidence.ChainInfo{}, fmt.Errorf("stored chain_id %q: %w", id, err)
+	}
+	return evidence.ChainInfo{ChainID: u, MaxSeq: max}, nil
 }
 
 // ActiveChains lists chains by their chain_start events (index probes).
 func (s *Store) ActiveChains(ctx context.Context) ([]evidence.ChainInfo, error) {
-	cs, err := s.chains(ctx, `SELECT c.chain_id,
+	cs, err := queryAll(ctx, s.q, `SELECT c.chain_id,
 		(SELECT max(e.chain_seq) FROM evidence_events e WHERE e.chain_id = c.chain_id)
-		FROM evidence_events c WHERE c.kind = 'chain_start'`)
+		FROM evidence_events c WHERE c.kind = 'chain_start'`, nil, scanChain)
 	if err != nil {
 		return nil, fmt.Errorf("evidence/sqlite: active chains: %w", err)
 	}
 	return cs, nil
-}
-
-// ChainEventsFrom returns up to limit events of a chain from sequence from.
-func (s *Store) ChainEventsFrom(ctx context.Context, chainID uuid.UUID, from int64, limit int) ([]evidence.Event, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE chain_id = ? AND chain_seq >= ? ORDER BY chain_seq, id LIMIT ?",
-		chainID.String(), from, limit)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: chain %s from %d: %w", chainID, from, err)
-	}
-	return evs, nil
-}
-
-// EventsOfReceipt returns the events of one receipt.
-func (s *Store) EventsOfReceipt(ctx context.Context, id uuid.UUID) ([]evidence.Event, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE receipt_id = ? ORDER BY ts, id", id.String())
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: events of receipt %s: %w", id, err)
-	}
-	return evs, nil
-}
-
-// TreeHeads returns the tree size and each chain's last sequence in it.
-func (s *Store) TreeHeads(ctx context.Context) (int64, map[uuid.UUID]int64, error) {
-	var size int64
-	if err := s.q.QueryRowContext(ctx, "SELECT coalesce(max(leaf_index) + 1, 0) FROM evidence_tree").Scan(&size); err != nil {
-		return 0, nil, fmt.Errorf("evidence/sqlite: tree size: %w", classify(err))
-	}
-	cs, err := s.chains(ctx, "SELECT chain_id, max(chain_seq) FROM evidence_tree GROUP BY chain_id")
-	if err != nil {
-		return 0, nil, fmt.Errorf("evidence/sqlite: tree heads: %w", err)
-	}
-	heads := make(map[uuid.UUID]int64, len(cs))
-	for _, c := range cs {
-		heads[c.ChainID] = c.MaxSeq
-	}
-	return size, heads, nil
 }
 
 // ReadHashes returns stored tree hashes by index.
@@ -166,84 +120,40 @@ func (s *Store) AppendTree(ctx context.Context, a evidence.TreeAppend) error {
 	return nil
 }
 
-func (s *Store) checkpoints(ctx context.Context, q string) ([]evidence.StoredCheckpoint, error) {
-	return queryAll(ctx, s.q, q, nil, func(rows *sql.Rows) (evidence.StoredCheckpoint, error) {
-		var (
-			c    evidence.StoredCheckpoint
-			root []byte
-			at   int64
-		)
-		if err := rows.Scan(&c.Size, &root, &c.Note, &at); err != nil {
-			return c, classify(err)
-		}
-		copy(c.Root[:], root)
-		c.CreatedAt = time.UnixMicro(at).UTC()
-		return c, nil
-	})
+// scanCheckpoint reads an evidence_checkpoints row.
+func scanCheckpoint(rows *sql.Rows) (evidence.StoredCheckpoint, error) {
+	var (
+		c    evidence.StoredCheckpoint
+		root []byte
+		at   int64
+	)
+	if err := rows.Scan(&c.Size, &root, &c.Note, &at); err != nil {
+		return c, classify(err)
+	}
+	copy(c.Root[:], root)
+	c.CreatedAt = time.UnixMicro(at).UTC()
+	return c, nil
 }
 
-// Checkpoints lists stored checkpoints, smallest first.
-func (s *Store) Checkpoints(ctx context.Context) ([]evidence.StoredCheckpoint, error) {
-	cps, err := s.checkpoints(ctx, "SELECT tree_size, root_hash, note, created_at FROM evidence_checkpoints ORDER BY tree_size")
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: checkpoints: %w", err)
+// scanLeaf reads an evidence_tree row.
+func scanLeaf(rows *sql.Rows) (evidence.Leaf, error) {
+	var (
+		l         evidence.Leaf
+		id, chain string
+		ts        int64
+	)
+	if err := rows.Scan(&l.Index, &id, &ts, &chain, &l.ChainSeq); err != nil {
+		return l, classify(err)
 	}
-	return cps, nil
-}
-
-// LatestCheckpoint returns the largest checkpoint or evidence.ErrNotFound.
-func (s *Store) LatestCheckpoint(ctx context.Context) (evidence.StoredCheckpoint, error) {
-	cps, err := s.checkpoints(ctx, "SELECT tree_size, root_hash, note, created_at FROM evidence_checkpoints ORDER BY tree_size DESC LIMIT 1")
-	if err != nil {
-		return evidence.StoredCheckpoint{}, fmt.Errorf("evidence/sqlite: latest checkpoint: %w", err)
+	var err error
+	if l.EventID, err = uuid.Parse(id); err != nil {
+		return l, fmt.Errorf("stored event_id %q: %w", id, err)
 	}
-	if len(cps) == 0 {
-		return evidence.StoredCheckpoint{}, fmt.Errorf("no checkpoint yet: %w", evidence.ErrNotFound)
+	if l.ChainID, err = uuid.Parse(chain); err != nil {
+		return l, fmt.Errorf("stored chain_id %q: %w", chain, err)
 	}
-	return cps[0], nil
-}
-
-func (s *Store) leaves(ctx context.Context, q string, args ...any) ([]evidence.Leaf, error) {
-	return queryAll(ctx, s.q, q, args, func(rows *sql.Rows) (evidence.Leaf, error) {
-		var (
-			l         evidence.Leaf
-			id, chain string
-			ts        int64
-		)
-		if err := rows.Scan(&l.Index, &id, &ts, &chain, &l.ChainSeq); err != nil {
-			return l, classify(err)
-		}
-		var err error
-		if l.EventID, err = uuid.Parse(id); err != nil {
-			return l, fmt.Errorf("stored event_id %q: %w", id, err)
-		}
-		if l.ChainID, err = uuid.Parse(chain); err != nil {
-			return l, fmt.Errorf("stored chain_id %q: %w", chain, err)
-		}
-		l.EventTime = time.UnixMicro(ts).UTC()
-		return l, nil
-	})
-}
-
-// LeafOf returns the leaf of an event or evidence.ErrNotFound.
-func (s *Store) LeafOf(ctx context.Context, eventID uuid.UUID) (evidence.Leaf, error) {
-	ls, err := s.leaves(ctx, "SELECT leaf_index, event_id, event_ts, chain_id, chain_seq FROM evidence_tree WHERE event_id = ?", eventID.String())
-	if err != nil {
-		return evidence.Leaf{}, fmt.Errorf("evidence/sqlite: leaf of %s: %w", eventID, err)
-	}
-	if len(ls) == 0 {
-		return evidence.Leaf{}, fmt.Errorf("event %s is not in the tree yet: %w", eventID, evidence.ErrNotFound)
-	}
-	return ls[0], nil
-}
-
-// Leaves returns up to limit leaves from index from.
-func (s *Store) Leaves(ctx context.Context, from int64, limit int) ([]evidence.Leaf, error) {
-	ls, err := s.leaves(ctx, "SELECT leaf_index, event_id, event_ts, chain_id, chain_seq FROM evidence_tree WHERE leaf_index >= ? ORDER BY leaf_index LIMIT ?", from, limit)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: leaves: %w", err)
-	}
-	return ls, nil
+	l.EventTime = time.UnixMicro(ts).UTC()
+	return l, nil
 }
 
 // Stats sums the hourly rollups (decisions, migration 00002; rule ids,

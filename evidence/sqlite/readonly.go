@@ -94,7 +94,7 @@ func OpenReadOnly(ctx context.Context, path string) (*Store, error) {
 		return fail(fmt.Errorf("evidence/sqlite: open %s read-only: %w", path, classify(err)))
 	}
 	ro := &readOnly{path: path, conn: conn, tx: tx, immutable: immutable, before: before}
-	s := &Store{reader: db, q: tx, ro: ro, leadPath: path + "-lead"}
+	s := withReads(&Store{reader: db, q: tx, ro: ro, leadPath: path + "-lead"})
 	if err := s.checkSchema(ctx); err != nil {
 		_ = ro.close(db)
 		return nil, err
@@ -142,32 +142,18 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	if n != 2 {
 		return fmt.Errorf("%w: %s holds no Portcullis evidence schema", evidence.ErrNoStore, s.ro.path)
 	}
-	rows, err := s.q.QueryContext(ctx, "SELECT version_id, is_applied FROM "+versionTable+" ORDER BY id")
+	rows, err := s.q.QueryContext(ctx, evidence.SQLVersions(versionTable))
 	if err != nil {
 		return fmt.Errorf("evidence/sqlite: schema version: %w", classify(err))
 	}
 	defer rows.Close()
-	applied := map[int64]bool{}
-	for rows.Next() {
-		var (
-			v  int64
-			ok bool
-		)
-		if err := rows.Scan(&v, &ok); err != nil {
-			return fmt.Errorf("evidence/sqlite: schema version: %w", classify(err))
-		}
-		applied[v] = ok
-	}
-	if err := rows.Err(); err != nil {
+	applied, err := evidence.AppliedVersions(rows)
+	if err != nil {
 		return fmt.Errorf("evidence/sqlite: schema version: %w", classify(err))
 	}
-	p, err := newProvider(s.reader)
+	known, err := migrator.Versions(s.reader)
 	if err != nil {
 		return err
-	}
-	var known []int64
-	for _, src := range p.ListSources() {
-		known = append(known, src.Version)
 	}
 	return evidence.CheckSchema(s.ro.path, applied, known)
 }

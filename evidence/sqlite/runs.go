@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 
@@ -10,18 +9,10 @@ import (
 	"github.com/portcullis/portcullis/evidence"
 )
 
+// UnansweredRuns (evidence.SQLReads) lists approved parked calls without
+// an answer. A SQLite store has one process at a time (its file lock), so
+// at a start every one of them lost its runner.
 var _ evidence.RunLister = (*Store)(nil)
-
-// UnansweredRuns lists approved parked calls without an answer, oldest
-// approval first. A SQLite store has one process at a time (its file
-// lock), so at a start every one of them lost its runner.
-func (s *Store) UnansweredRuns(ctx context.Context, limit int) ([]uuid.UUID, error) {
-	ids, err := queryAll(ctx, s.q, "SELECT id FROM portcullis_approvals WHERE status = 'approved' AND response IS NULL ORDER BY decided_at, id LIMIT ?", []any{limit}, scanID)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: unanswered runs: %w", err)
-	}
-	return ids, nil
-}
 
 // scanID scans a row whose one column is a stored uuid: the row scan of
 // the id listings, for queryAll.

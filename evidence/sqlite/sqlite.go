@@ -10,8 +10,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
-	"log/slog"
 	"net/url"
 	"strings"
 	"sync"
@@ -24,11 +22,12 @@ import (
 
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/internal/rowcodec"
+	"github.com/portcullis/portcullis/evidence/internal/schema"
 	"github.com/portcullis/portcullis/migrations"
-	"github.com/portcullis/portcullis/wire"
 )
 
-const versionTable = "portcullis_schema_version"
+// versionTable is goose's bookkeeping table.
+const versionTable = schema.VersionTable
 
 // Store is the SQLite evidence.Store.
 type Store struct {
@@ -47,9 +46,43 @@ type Store struct {
 	lead sync.Mutex
 	// quotas group-commits quota draws (controls.go).
 	quotas evidence.QuotaBatch
+	// reads are the reads both SQL stores share (evidence.SQLReads) over
+	// this store's row loops.
+	reads
 }
 
 var _ evidence.Store = (*Store)(nil)
+
+// reads, embedded in Store, lends it the reads both SQL stores share.
+type reads = evidence.SQLReads
+
+// withReads is s with its reads bound to its query.
+func withReads(s *Store) *Store {
+	s.reads = evidence.NewSQLReads("evidence/sqlite", dialect, selectCols, evidence.SQLRowLoops{
+		Events: s.query,
+		Parked: func(ctx context.Context, q string, args ...any) ([]evidence.ParkedCall, error) {
+			return parkedRows(s.q.QueryContext(ctx, q, args...))
+		},
+		IDs: func(ctx context.Context, q string, args ...any) ([]uuid.UUID, error) {
+			return queryAll(ctx, s.q, q, args, scanID)
+		},
+		Chains: func(ctx context.Context, q string, args ...any) ([]evidence.ChainInfo, error) {
+			return queryAll(ctx, s.q, q, args, scanChain)
+		},
+		Checkpoints: func(ctx context.Context, q string, args ...any) ([]evidence.StoredCheckpoint, error) {
+			return queryAll(ctx, s.q, q, args, scanCheckpoint)
+		},
+		Leaves: func(ctx context.Context, q string, args ...any) ([]evidence.Leaf, error) {
+			return queryAll(ctx, s.q, q, args, scanLeaf)
+		},
+		Int64: func(ctx context.Context, q string, args ...any) (int64, error) {
+			var n int64
+			err := s.q.QueryRowContext(ctx, q, args...).Scan(&n)
+			return n, classify(err)
+		},
+	})
+	return s
+}
 
 func dsn(path string, readOnly bool) (string, error) {
 	if path == "" || strings.ContainsAny(path, "?#") {
@@ -110,7 +143,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		r.Close()
 		return nil, fmt.Errorf("evidence/sqlite: prepare insert: %w", classify(err))
 	}
-	return &Store{writer: w, reader: r, q: r, insert: ins, leadPath: path + "-lead"}, nil
+	return withReads(&Store{writer: w, reader: r, q: r, insert: ins, leadPath: path + "-lead"}), nil
 }
 
 // Migrate applies pending migrations to the database file.
@@ -137,7 +170,7 @@ func openLocked(ctx context.Context, path string, db *sql.DB) error {
 	if err := db.PingContext(ctx); err != nil {
 		return fmt.Errorf("evidence/sqlite: open %s: %w", path, classify(err))
 	}
-	return migrateDB(ctx, db)
+	return migrator.Up(ctx, db)
 }
 
 // migrateLocked migrates while holding the file "<path>-migrate" locked, so
@@ -150,7 +183,7 @@ func migrateLocked(ctx context.Context, path string, db *sql.DB) error {
 		return fmt.Errorf("evidence/sqlite: migration lock %s-migrate: %w", path, err)
 	}
 	defer unlock()
-	return migrateDB(ctx, db)
+	return migrator.Up(ctx, db)
 }
 
 // MigrationStatus reports the applied schema version (0 on a fresh file)
@@ -162,50 +195,21 @@ func MigrationStatus(ctx context.Context, path string) (current, latest int64, e
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	p, err := newProvider(db)
-	if err != nil {
-		return 0, 0, err
-	}
-	statuses, err := p.Status(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("evidence/sqlite: migration status: %w", classify(err))
-	}
-	for _, st := range statuses {
-		latest = max(latest, st.Source.Version)
-		if st.State == goose.StateApplied {
-			current = max(current, st.Source.Version)
-		}
-	}
-	return current, latest, nil
+	return migrator.Status(ctx, db)
 }
 
-func newProvider(db *sql.DB) (*goose.Provider, error) {
-	sub, err := fs.Sub(migrations.FS, migrations.SQLiteDir)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: migrations: %w", err)
-	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub,
-		goose.WithTableName(versionTable),
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithGoMigrations(holdsMigration(), // 5: legal holds (holds.go)
-			approvalKindMigration()), // 8: the approval event kind (controls.go)
-		goose.WithSlog(slog.New(slog.DiscardHandler)),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: migrations: %w", err)
-	}
-	return p, nil
-}
-
-func migrateDB(ctx context.Context, db *sql.DB) error {
-	p, err := newProvider(db)
-	if err != nil {
-		return err
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("evidence/sqlite: migrate: %w", classify(err))
-	}
-	return nil
+// migrator runs the SQLite migrations, two of them Go.
+var migrator = schema.Migrator{
+	Name:    "evidence/sqlite",
+	Dialect: goose.DialectSQLite3,
+	Dir:     migrations.SQLiteDir,
+	Options: func() ([]goose.ProviderOption, error) {
+		return []goose.ProviderOption{goose.WithGoMigrations(
+			holdsMigration(),        // 5: legal holds (holds.go)
+			approvalKindMigration(), // 8: the approval event kind (controls.go)
+		)}, nil
+	},
+	Classify: classify,
 }
 
 // classify wraps failures of the file or its lock with
@@ -351,100 +355,6 @@ func (s *Store) query(ctx context.Context, q string, args ...any) ([]evidence.Ev
 	return out, nil
 }
 
-// Receipt returns the receipt with that id, or evidence.ErrNotFound.
-func (s *Store) Receipt(ctx context.Context, id uuid.UUID) (wire.Receipt, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE receipt_id = ?", id.String())
-	if err != nil {
-		return wire.Receipt{}, fmt.Errorf("evidence/sqlite: receipt %s: %w", id, err)
-	}
-	return evidence.ReceiptFrom(id, evs)
-}
-
-// Receipts lists receipts newest first with keyset pagination over (ts, id).
-func (s *Store) Receipts(ctx context.Context, f evidence.Filter) (wire.ReceiptList, error) {
-	p, err := f.Normalize()
-	if err != nil {
-		return wire.ReceiptList{}, err
-	}
-	where := []string{"kind = 'decision'"}
-	var args []any
-	add := func(cond string, v ...any) {
-		where = append(where, cond)
-		args = append(args, v...)
-	}
-	if p.Principal != "" {
-		add("principal_id = ?", p.Principal)
-	}
-	if p.Tool != "" {
-		add("tool = ?", p.Tool)
-	}
-	if p.Decision != "" {
-		add("decision = ?", p.Decision)
-	}
-	if p.SessionID != "" {
-		add("session_id = ?", p.SessionID)
-	}
-	// Outcome filters look at the latest outcome, exactly the one
-	// BuildReceipt shows (LatestOutcome: newest by ts, then id).
-	const latest = "(SELECT json_extract(o.outcome, '$.%s') FROM evidence_events o WHERE o.receipt_id = evidence_events.id" +
-		" AND o.kind = 'outcome' ORDER BY o.ts DESC, o.id DESC LIMIT 1)"
-	switch p.Status {
-	case "":
-	case wire.StatusPending:
-		add("NOT EXISTS (SELECT 1 FROM evidence_events o WHERE o.receipt_id = evidence_events.id AND o.kind = 'outcome')")
-	default:
-		add(fmt.Sprintf(latest, "status")+" = ?", p.Status)
-	}
-	if p.ErrorCode != "" {
-		add(fmt.Sprintf(latest, "error_code")+" = ?", p.ErrorCode)
-	}
-	if p.Rule != "" {
-		// evidence_rule_ids is the index of rule_ids (migration 00004).
-		add("id IN (SELECT event_id FROM evidence_rule_ids WHERE rule_id = ?)", p.Rule)
-	}
-	if p.Needle != "" {
-		// A bound parameter, matched with instr (no LIKE wildcards to
-		// escape); lower() folds ASCII letters only.
-		add("(instr(lower(coalesce(args, '')), lower(?)) > 0 OR instr(lower(coalesce(reasons, '')), lower(?)) > 0)", p.Needle, p.Needle)
-	}
-	if !p.Since.IsZero() {
-		add("ts >= ?", evidence.NormalizeTime(p.Since).UnixMicro())
-	}
-	if !p.Until.IsZero() {
-		add("ts < ?", evidence.NormalizeTime(p.Until).UnixMicro())
-	}
-	if p.After {
-		add("(ts, id) < (?, ?)", p.AfterTime.UnixMicro(), p.AfterID.String())
-	}
-	args = append(args, p.Limit+1)
-	decisions, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE "+strings.Join(where, " AND ")+
-		" ORDER BY ts DESC, id DESC LIMIT ?", args...)
-	if err != nil {
-		return wire.ReceiptList{}, fmt.Errorf("evidence/sqlite: list receipts: %w", err)
-	}
-	list, err := evidence.PageReceipts(decisions, p.Limit, func(ids []uuid.UUID) ([]evidence.Event, error) {
-		args := make([]any, len(ids))
-		for i, id := range ids {
-			args[i] = id.String()
-		}
-		return s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE kind = 'outcome' AND receipt_id IN ("+
-			strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")+")", args...)
-	})
-	if err != nil {
-		return wire.ReceiptList{}, fmt.Errorf("evidence/sqlite: %w", err)
-	}
-	return list, nil
-}
-
-// PendingDecisions lists the instance's allow decisions without outcome.
-func (s *Store) PendingDecisions(ctx context.Context, instanceID string) ([]uuid.UUID, error) {
-	ids, err := queryAll(ctx, s.q, evidence.SQLPendingDecisions, []any{instanceID}, scanID)
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: pending decisions: %w", err)
-	}
-	return ids, nil
-}
-
 // ChainHead returns the newest chain's last event of the instance.
 func (s *Store) ChainHead(ctx context.Context, instanceID string) (uuid.UUID, int64, []byte, error) {
 	var (
@@ -464,15 +374,6 @@ func (s *Store) ChainHead(ctx context.Context, instanceID string) (uuid.UUID, in
 		return uuid.Nil, 0, nil, fmt.Errorf("evidence/sqlite: stored chain_id %q: %w", chain, err)
 	}
 	return id, seq, hash, nil
-}
-
-// ChainEvents returns one chain's events in sequence order.
-func (s *Store) ChainEvents(ctx context.Context, chainID uuid.UUID) ([]evidence.Event, error) {
-	evs, err := s.query(ctx, "SELECT "+selectCols+" FROM evidence_events WHERE chain_id = ? ORDER BY chain_seq, id", chainID.String())
-	if err != nil {
-		return nil, fmt.Errorf("evidence/sqlite: chain %s: %w", chainID, err)
-	}
-	return evs, nil
 }
 
 // Ping checks the file can be read.
@@ -506,12 +407,7 @@ func (s *Store) MigrateDownTo(ctx context.Context, v int64) error {
 	if s.ro != nil {
 		return errReadOnly
 	}
-	p, err := newProvider(s.writer)
-	if err != nil {
-		return err
-	}
-	_, err = p.DownTo(ctx, v)
-	return err
+	return migrator.DownTo(ctx, s.writer, v)
 }
 
 // Close closes both connection pools. For a store opened with

@@ -51,6 +51,7 @@ var allowed = map[string][]string{
 	"migrations":                 {},
 	"evidence":                   {"wire"},
 	"evidence/internal/rowcodec": {"wire"},
+	"evidence/internal/schema":   {"migrations"},
 	"evidence/results":           {"evidence", "wire"},
 	"evidence/postgres":          {"evidence", "evidence/internal/...", "migrations", "wire"},
 	"evidence/sqlite":            {"evidence", "evidence/internal/...", "migrations", "wire"},

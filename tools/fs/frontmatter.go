@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -67,7 +68,7 @@ type fmOp struct {
 func parseFrontmatterOps(m map[string]any) ([]fmOp, error) {
 	ops := make([]fmOp, 0, len(m))
 	seen := map[string]string{}
-	for _, entry := range sortedKeys(m) {
+	for _, entry := range slices.Sorted(maps.Keys(m)) {
 		field := "updateFrontmatter." + entry
 		if entry == "" || strings.ContainsAny(entry, "\x00\n") {
 			return nil, strictjson.Invalid("updateFrontmatter", "front-matter key %q is empty or holds a newline or NUL", entry)
@@ -217,7 +218,7 @@ func yamlValue(v any) (*yaml.Node, error) {
 		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Style: yaml.DoubleQuotedStyle, Value: x}, nil
 	case map[string]any:
 		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-		for _, k := range sortedKeys(x) {
+		for _, k := range slices.Sorted(maps.Keys(x)) {
 			vn, err := yamlValue(x[k])
 			if err != nil {
 				return nil, err
@@ -302,7 +303,7 @@ func applyFrontmatterOp(m *yaml.Node, op fmOp) error {
 			return frontmatterError(fmt.Sprintf("%s: %q is not a mapping in the front matter (line %d)", op.entry, op.key, cur.Line+1))
 		}
 		vals := op.value.(map[string]any)
-		for _, k := range sortedKeys(vals) {
+		for _, k := range slices.Sorted(maps.Keys(vals)) {
 			if err := applyFrontmatterOp(cur, fmOp{entry: op.entry + "." + k, key: k, kind: fmSet, value: vals[k]}); err != nil {
 				return err
 			}
@@ -371,13 +372,4 @@ func yamlErrorText(err error) string {
 func frontmatterError(msg string) error {
 	return &wire.Error{Code: wire.CodePreconditionFailed, Message: msg + "; nothing was changed",
 		Details: map[string]any{"field": "updateFrontmatter"}}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -239,16 +239,10 @@ func (o *opener) openTarget(t *target, w kind) error {
 		t.base = base
 		return o.keep(t, dir)
 	}
+	flags := flagsFile
 	switch {
 	case typ == unix.S_IFDIR && w == wantFileOrDir:
-		fd, err := openComponent(dir, base, flagsDir, 0)
-		if err != nil {
-			err = classifyOpenError(t, dir, base, err)
-			closeFD(dir)
-			return o.later(t, err, true, w)
-		}
-		closeFD(dir)
-		return o.keepChecked(t, fd, &st)
+		flags = flagsDir
 	case typ != unix.S_IFREG:
 		// Never opened: opening a FIFO waits for a writer, opening a
 		// device can act on it.
@@ -256,7 +250,7 @@ func (o *opener) openTarget(t *target, w kind) error {
 		t.later = notAFile(t, typ)
 		return nil
 	}
-	fd, err := openComponent(dir, base, flagsFile, 0)
+	fd, err := openComponent(dir, base, flags, 0)
 	if err != nil {
 		err = classifyOpenError(t, dir, base, err)
 		closeFD(dir)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -235,7 +236,7 @@ func (op *patchOp) redactArgs(args map[string]any) {
 		b, _ := json.Marshal(op.frontmatter)
 		facts := contentFacts(string(b))
 		keys := []any{}
-		for _, k := range sortedKeys(op.frontmatter) {
+		for _, k := range slices.Sorted(maps.Keys(op.frontmatter)) {
 			keys = append(keys, k)
 		}
 		facts["keys"] = keys
