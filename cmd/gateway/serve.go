@@ -93,18 +93,7 @@ func cmdServe(ctx context.Context, f serveFlags, stdout, stderr io.Writer) error
 	if err := tuneGC(cfg.Runtime, os.Getenv, log); err != nil {
 		return err
 	}
-	// Start-up (the bundle's parse, compile and index, the store's
-	// migrations) is mostly garbage, made once: at the serving gc_percent
-	// (400 by default) the heap grew to ~70 MB for the shipped library
-	// while ~8 MB stayed live, and that start-up peak was the gateway's
-	// peak RSS (docs/performance.md, P6). So start-up runs at Go's default
-	// 100 (or lower, if configured lower), and the configured value is put
-	// back below, once the start-up's garbage is collected.
-	servingGC := debug.SetGCPercent(-1)
-	debug.SetGCPercent(min(servingGC, 100))
-	if servingGC < 0 {
-		debug.SetGCPercent(servingGC) // off (memory_limit alone): left so
-	}
+	startupDone := startupGC()
 	shutdownTracing, err := setupTracing(ctx, log)
 	if err != nil {
 		return err
@@ -164,22 +153,47 @@ func cmdServe(ctx context.Context, f serveFlags, stdout, stderr io.Writer) error
 		printDevBanner(stdout, base, cfg, st, devKeys)
 	}
 	logListening(log, ln, st, ident)
-	// Collect the start-up's garbage now, before the first request, then
-	// serve at the configured gc_percent. The collector sets its next goal
-	// from the heap live at the end of a cycle, times (1 + gc_percent/100):
-	// the last start-up cycle saw ~11-15 MB live where ~4 MB stay (16 MB of
-	// it goose's migration parser buffers, held in a sync.Pool), and at
-	// gc_percent 400 let the heap grow to 60-77 MB under the first load
-	// (docs/performance.md, P6). Twice: a sync.Pool's objects survive one
-	// collection in its victim cache. A few milliseconds, once.
-	runtime.GC()
-	runtime.GC()
-	debug.SetGCPercent(servingGC)
+	startupDone()
 
 	go reloadOnHUP(ctx, st, log)
 	go st.policy.manager.Run(ctx)
 	go srv.Run(ctx)
 	ident.run(ctx, log)
+	if err := serveUntilDone(ctx, hs, ln); err != nil {
+		return err
+	}
+	return shutdown(hs, srv, st, log)
+}
+
+// startupGC runs the start-up at Go's default gc_percent 100 (or lower,
+// if configured lower): start-up (the bundle's parse, compile and index,
+// the store's migrations) is mostly garbage, made once, and at the serving
+// gc_percent (400 by default) the heap grew to ~70 MB for the shipped
+// library while ~8 MB stayed live; that start-up peak was the gateway's
+// peak RSS (docs/performance.md, P6). The function it returns collects the
+// start-up's garbage, before the first request, and puts the serving
+// value back. The collector sets its next goal from the heap live at the
+// end of a cycle, times (1 + gc_percent/100): the last start-up cycle saw
+// ~11-15 MB live where ~4 MB stay (16 MB of it goose's migration parser
+// buffers, held in a sync.Pool), and at gc_percent 400 let the heap grow
+// to 60-77 MB under the first load. Twice: a sync.Pool's objects survive
+// one collection in its victim cache. A few milliseconds, once.
+func startupGC() (done func()) {
+	servingGC := debug.SetGCPercent(-1)
+	debug.SetGCPercent(min(servingGC, 100))
+	if servingGC < 0 {
+		debug.SetGCPercent(servingGC) // off (memory_limit alone): left so
+	}
+	return func() {
+		runtime.GC()
+		runtime.GC()
+		debug.SetGCPercent(servingGC)
+	}
+}
+
+// serveUntilDone serves hs on ln until ctx ends (nil: shut down next) or
+// serving fails.
+func serveUntilDone(ctx context.Context, hs *http.Server, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() {
 		if hs.TLSConfig != nil {
@@ -193,8 +207,8 @@ func cmdServe(ctx context.Context, f serveFlags, stdout, stderr io.Writer) error
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
+		return nil
 	}
-	return shutdown(hs, srv, st, log)
 }
 
 // newServer is the gateway's HTTP API over the opened stack: its metrics
