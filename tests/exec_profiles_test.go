@@ -411,7 +411,9 @@ func plantGit(t *testing.T, dir string) {
 	gitHost(t, dir, "init", "-q", ".")
 	gitHost(t, dir, "add", "a.txt")
 	signer := filepath.Join(dir, ".signer.sh")
-	writeExecutable(t, signer, []byte("#!/bin/sh\necho '[GNUPG:] SIG_CREATED D 1 8 00 1 X' >&2\nprintf -- '-----BEGIN PGP SIGNATURE-----\\n\\nabc\\n-----END PGP SIGNATURE-----\\n'\n"))
+	// The stand-in reads what git gives it to sign: exiting before git wrote
+	// it all fails the write (EPIPE) and with it the commit.
+	writeExecutable(t, signer, []byte("#!/bin/sh\ncat >/dev/null\necho '[GNUPG:] SIG_CREATED D 1 8 00 1 X' >&2\nprintf -- '-----BEGIN PGP SIGNATURE-----\\n\\nabc\\n-----END PGP SIGNATURE-----\\n'\n"))
 	gitHost(t, dir, "-c", "gpg.program="+signer, "commit", "-S", "-qm", "signed")
 	if err := os.Remove(signer); err != nil {
 		t.Fatal(err)
