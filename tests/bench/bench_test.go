@@ -152,8 +152,11 @@ func TestCoordinatedOmission(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Failed() != 0 {
-			t.Fatalf("%d failures: %s", st.Failed(), st.FirstErr)
+		// Dropped requests (open loop, a loaded machine fell more than
+		// the drain behind) are recorded with the delay they suffered, so
+		// they count as late below; only answers that failed are failures.
+		if n := st.Non2xx + st.Errors; n != 0 {
+			t.Fatalf("%d failures: %s", n, st.FirstErr)
 		}
 		return st
 	}
