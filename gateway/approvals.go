@@ -256,7 +256,7 @@ func (s *Server) approve(ctx context.Context, p wire.Principal, pc evidence.Park
 	if evidence.ArgsDigest(won.Input) != won.ArgsSHA256 {
 		return s.stopApproved(ctx, won, wire.Errorf(wire.CodeInternal, "the parked input no longer matches its digest; the call did not run"))
 	}
-	status, resp := s.runParked(ctx, won)
+	status, resp := s.runParked(ctx, p, won)
 	resp.Approval = &wire.ApprovalRef{ID: won.ID.String(), Status: wire.ApprovalApproved, ExpiresAt: won.ExpiresAt}
 	answer, _ := json.Marshal(storedAnswer{Status: status, Response: resp})
 	if err := s.withStore(ctx, func(ctx context.Context) error {
@@ -291,7 +291,10 @@ func (s *Server) stopApproved(ctx context.Context, pc evidence.ParkedCall, we *w
 
 // runParked re-decides the parked call with the live policy and, when it
 // is still allowed, draws its quotas and runs it under its own receipt.
-func (s *Server) runParked(ctx context.Context, pc evidence.ParkedCall) (int, wire.ToolCallResponse) {
+// When the live decision still requires approval, approver must be one it
+// names too: a policy that narrowed who decides such a call since it was
+// parked is not bypassed by an approver only the parked revision named.
+func (s *Server) runParked(ctx context.Context, approver wire.Principal, pc evidence.ParkedCall) (int, wire.ToolCallResponse) {
 	tool, we := s.findTool(pc.Tool)
 	if we != nil {
 		_, resp, _ := s.stopApproved(ctx, pc, we)
@@ -309,6 +312,16 @@ func (s *Server) runParked(ctx context.Context, pc evidence.ParkedCall) (int, wi
 		return s.stoppedRun(ctx, pc, st.err)
 	}
 	rec.decision, rec.args, rec.scope = a.decision, a.call.Args(), &a.scope
+	if live := a.decision.Approval; live != nil {
+		if we := mayDecide(approver, evidence.ParkedCall{Principal: pc.Principal, Approvers: live.Approvers}); we != nil {
+			if r, ok := a.call.(tools.Releaser); ok {
+				r.Release()
+			}
+			return s.stoppedRun(ctx, pc, wire.Errorf(wire.CodeForbidden,
+				"the live policy (revision %s) names other approvers for this call (%v); %s did not approve it as they may, so it did not run",
+				a.decision.PolicyRevision, live.Approvers, approver.ID))
+		}
+	}
 	if _, refused := s.drawQuotas(ctx, rec, a); refused != nil {
 		return s.stoppedRun(ctx, pc, refused)
 	}
