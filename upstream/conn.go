@@ -192,10 +192,21 @@ func (c *conn) refresh(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout())
 	defer cancel()
+	defs, err := listTools(ctx, sess)
+	if err != nil {
+		return err
+	}
+	count := map[string]int{}
+	for _, def := range defs {
+		count[def.Name]++
+	}
 	var list []*Tool
-	for def, err := range sess.Tools(ctx, nil) {
-		if err != nil {
-			return err
+	for _, def := range defs {
+		if count[def.Name] > 1 {
+			// Which definition would be served, pinned or approved is
+			// ambiguous: none is.
+			c.m.log.Warn("upstream: tool listed more than once; none of its definitions is served", "upstream", c.spec.Name, "tool", truncate(def.Name, 100))
+			continue
 		}
 		t, err := newTool(c, def)
 		if err != nil {
@@ -211,6 +222,39 @@ func (c *conn) refresh(ctx context.Context) error {
 	c.mu.Unlock()
 	c.m.bump()
 	return nil
+}
+
+// Bounds on one upstream's tools/list: a hostile server that pages
+// without end (or lists millions of tools) is cut off there rather than
+// filling the gateway's memory until the upstream's timeout.
+const (
+	maxUpstreamTools = 1000
+	maxToolPages     = 100
+)
+
+// listTools is every tool the upstream lists, page by page, within
+// maxUpstreamTools and maxToolPages (past either, an error: the listing is
+// not trusted in part).
+func listTools(ctx context.Context, sess *mcp.ClientSession) ([]*mcp.Tool, error) {
+	var defs []*mcp.Tool
+	params := &mcp.ListToolsParams{}
+	for page := 1; ; page++ {
+		res, err := sess.ListTools(ctx, params)
+		if err != nil {
+			return nil, err
+		}
+		defs = append(defs, res.Tools...)
+		if len(defs) > maxUpstreamTools {
+			return nil, fmt.Errorf("the upstream lists more than %d tools; none is served", maxUpstreamTools)
+		}
+		if res.NextCursor == "" {
+			return defs, nil
+		}
+		if page >= maxToolPages {
+			return nil, fmt.Errorf("the upstream's tool list runs past %d pages; none is served", maxToolPages)
+		}
+		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
+	}
 }
 
 func (c *conn) clearTools() {
