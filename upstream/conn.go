@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -230,6 +231,8 @@ func (c *conn) refresh(ctx context.Context) error {
 const (
 	maxUpstreamTools = 1000
 	maxToolPages     = 100
+	// maxToolListBytes bounds the definitions (as JSON) of one listing.
+	maxToolListBytes = 16 << 20
 )
 
 // listTools is every tool the upstream lists, page by page, within
@@ -237,6 +240,7 @@ const (
 // not trusted in part).
 func listTools(ctx context.Context, sess *mcp.ClientSession) ([]*mcp.Tool, error) {
 	var defs []*mcp.Tool
+	size := 0
 	params := &mcp.ListToolsParams{}
 	for page := 1; ; page++ {
 		res, err := sess.ListTools(ctx, params)
@@ -246,6 +250,15 @@ func listTools(ctx context.Context, sess *mcp.ClientSession) ([]*mcp.Tool, error
 		defs = append(defs, res.Tools...)
 		if len(defs) > maxUpstreamTools {
 			return nil, fmt.Errorf("the upstream lists more than %d tools; none is served", maxUpstreamTools)
+		}
+		for _, def := range res.Tools {
+			b, err := json.Marshal(def)
+			if err != nil {
+				return nil, fmt.Errorf("tool %q: %w", truncate(def.Name, 100), err)
+			}
+			if size += len(b); size > maxToolListBytes {
+				return nil, fmt.Errorf("the upstream's tool definitions pass %d bytes; none is served", maxToolListBytes)
+			}
 		}
 		if res.NextCursor == "" {
 			return defs, nil
