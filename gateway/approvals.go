@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/gateway/identity"
 	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
@@ -136,10 +137,11 @@ func (s *Server) withStore(ctx context.Context, f func(context.Context) error) e
 }
 
 // mayDecide says whether p may approve or reject pc: never the call's own
-// principal; an admin always; else someone the policy's approvers name
-// (any approver when it names none).
+// principal (nor one whose id differs from it only in case or Unicode
+// form, identity.IDKey); an admin always; else someone the policy's
+// approvers name (any approver when it names none).
 func mayDecide(p wire.Principal, pc evidence.ParkedCall) *wire.Error {
-	if p.ID == pc.Principal.ID {
+	if p.ID == pc.Principal.ID || identity.IDKey(p.ID) == identity.IDKey(pc.Principal.ID) {
 		return wire.Errorf(wire.CodeForbidden, "nobody approves their own call: %q made this call", p.ID)
 	}
 	if p.HasRole(wire.RoleAdmin) || len(pc.Approvers) == 0 {
