@@ -100,6 +100,9 @@ func newTool(up *conn, def *mcp.Tool) (*Tool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inputSchema: %w", err)
 	}
+	if schemaWork(doc, maxSchemaWork) > maxSchemaWork {
+		return nil, fmt.Errorf("inputSchema: checking one input would evaluate more than %d subschemas (references expanded)", maxSchemaWork)
+	}
 	loc := "urn:portcullis:upstream:" + up.spec.Name + ":" + def.Name
 	if err := c.AddResource(loc, doc); err != nil {
 		return nil, fmt.Errorf("inputSchema: %w", err)
