@@ -19,25 +19,71 @@ const maxSchemaWork = 10_000
 // schemaWork is the static count of subschema evaluations of doc, at most
 // limit+1 (past the limit it stops counting).
 func schemaWork(doc any, limit int) int {
-	w := &workCounter{root: doc, limit: limit, memo: map[string]int{}, active: map[string]bool{}, anchors: map[string]string{}}
+	w := &workCounter{root: doc, limit: limit, memo: map[string]int{}, active: map[string]int{}, anchors: map[string]string{},
+		back: map[string][][]string{}, posAt: map[string]int{}}
 	w.findAnchors(doc, "")
-	return w.count(doc, "")
+	n, _ := w.count(doc, "")
+	if w.recursive() {
+		return limit + 1
+	}
+	return n
 }
 
 type workCounter struct {
 	root    any
 	limit   int
-	memo    map[string]int  // JSON pointer -> work
-	active  map[string]bool // pointers being expanded (a cycle counts once)
+	memo    map[string]int // JSON pointer -> work
+	active  map[string]int // pointers being expanded -> their call depth (a cycle counts once)
 	anchors map[string]string
+	depth   int            // count's call depth
+	pos     []string       // the instance positions descended to so far
+	posAt   map[string]int // len(pos) when each active schema was entered
+	// back lists, per schema that a reference re-enters, the instance
+	// positions each such reference descends by from it.
+	back map[string][][]string
 }
 
-// Keywords whose value is one subschema, a map of them, or a list of them.
+// recursive reports whether two references back into one schema can
+// both apply at one instance location: then each level of the input's
+// nesting multiplies the work (2^depth), as in anyOf [allOf [#, false], #]
+// under a property.
+func (w *workCounter) recursive() bool {
+	for _, paths := range w.back {
+		for i := range paths {
+			for j := i + 1; j < len(paths); j++ {
+				if overlap(paths[i], paths[j]) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// overlap: one instance path can be both a prefix of one and of the other
+// (positions equal, or a wildcard of the same kind).
+func overlap(a, b []string) bool {
+	for i := range min(len(a), len(b)) {
+		x, y := a[i], b[i]
+		if x == y || (x == "o:*" && y[:2] == "o:") || (y == "o:*" && x[:2] == "o:") ||
+			(x == "a:*" && y[:2] == "a:") || (y == "a:*" && x[:2] == "a:") {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// Keywords whose value is one subschema, a map of them, or a list of
+// them, with the instance position each applies at: "" the same value,
+// "o:<name>" or "o:*" a member of an object, "a:<i>" or "a:*" an item of
+// an array.
 var (
-	oneSchema = []string{"additionalProperties", "items", "contains", "propertyNames", "not", "if", "then", "else",
-		"unevaluatedItems", "unevaluatedProperties", "additionalItems", "contentSchema"}
-	schemaMap  = []string{"properties", "patternProperties", "dependentSchemas", "dependencies"}
-	schemaList = []string{"allOf", "anyOf", "oneOf", "prefixItems", "items"}
+	oneSchema = map[string]string{"additionalProperties": "o:*", "items": "a:*", "contains": "a:*", "propertyNames": "o:*",
+		"not": "", "if": "", "then": "", "else": "", "unevaluatedItems": "a:*", "unevaluatedProperties": "o:*",
+		"additionalItems": "a:*", "contentSchema": "o:*"}
+	schemaMap  = map[string]string{"properties": "o:", "patternProperties": "o:*", "dependentSchemas": "", "dependencies": ""}
+	schemaList = map[string]string{"allOf": "", "anyOf": "", "oneOf": "", "prefixItems": "a:", "items": "a:"}
 	refs       = []string{"$ref", "$dynamicRef", "$recursiveRef"}
 )
 
@@ -48,75 +94,107 @@ func (w *workCounter) add(a, b int) int {
 	return a + b
 }
 
-func (w *workCounter) count(node any, ptr string) int {
+// count is the work of node at ptr, and the lowest call depth of a schema
+// being expanded that its references re-entered (below the node's own:
+// the result depends on where it was reached from, so it is not memoized).
+func (w *workCounter) count(node any, ptr string) (int, int) {
 	obj, ok := node.(map[string]any)
 	if !ok {
-		return 1 // true, false, or not a schema (the compiler refuses that)
+		return 1, w.depth + 1 // true, false, or not a schema (the compiler refuses that)
 	}
 	if n, ok := w.memo[ptr]; ok {
-		return n
+		return n, w.depth + 1
 	}
-	if w.active[ptr] {
-		return 1
+	if d, ok := w.active[ptr]; ok {
+		w.back[ptr] = append(w.back[ptr], append([]string(nil), w.pos[w.posAt[ptr]:]...))
+		return 1, d
 	}
-	w.active[ptr] = true
+	w.depth++
+	defer func() { w.depth-- }()
+	w.active[ptr] = w.depth
+	w.posAt[ptr] = len(w.pos)
 	defer delete(w.active, ptr)
-	n := 1
-	for _, k := range oneSchema {
+	n, low := 1, w.depth+1
+	sub := func(v any, at, position string) {
+		if n > w.limit {
+			return
+		}
+		if position != "" {
+			w.pos = append(w.pos, position)
+			defer func() { w.pos = w.pos[:len(w.pos)-1] }()
+		}
+		c, l := w.count(v, at)
+		n, low = w.add(n, c), min(low, l)
+	}
+	for k, position := range oneSchema {
 		if v, ok := obj[k]; ok {
 			if _, isList := v.([]any); !isList {
-				n = w.add(n, w.count(v, ptr+"/"+escape(k)))
+				sub(v, ptr+"/"+escape(k), position)
 			}
 		}
 	}
-	for _, k := range schemaMap {
+	for k, position := range schemaMap {
 		if m, ok := obj[k].(map[string]any); ok {
 			for name, v := range m {
-				n = w.add(n, w.count(v, ptr+"/"+escape(k)+"/"+escape(name)))
+				p := position
+				if p == "o:" {
+					p += name
+				}
+				sub(v, ptr+"/"+escape(k)+"/"+escape(name), p)
 			}
 		}
 	}
-	for _, k := range schemaList {
+	for k, position := range schemaList {
 		if l, ok := obj[k].([]any); ok {
 			for i, v := range l {
-				n = w.add(n, w.count(v, ptr+"/"+escape(k)+"/"+strconv.Itoa(i)))
+				p := position
+				if p == "a:" {
+					p += strconv.Itoa(i)
+				}
+				sub(v, ptr+"/"+escape(k)+"/"+strconv.Itoa(i), p)
 			}
 		}
 	}
 	for _, k := range refs {
-		if ref, ok := obj[k].(string); ok {
-			n = w.add(n, w.ref(ref))
+		if ref, ok := obj[k].(string); ok && n <= w.limit {
+			target, at := w.ref(ref)
+			c, l := w.count(target, at)
+			n, low = w.add(n, c), min(low, l)
 		}
 	}
-	w.memo[ptr] = n
-	return n
+	if low > w.depth {
+		w.memo[ptr] = n
+	}
+	return n, low
 }
 
-// ref is the work of the schema a reference names: a local JSON pointer
-// or anchor; anything else (a meta-schema, a relative URI under an $id)
-// counts as the whole document, which errs on the side of the bound.
-func (w *workCounter) ref(ref string) int {
+// ref is the schema a reference names and its pointer: a local JSON
+// pointer or anchor; anything else (a meta-schema, a relative URI under
+// an $id) is taken as the whole document, which errs on the side of the
+// bound. A dangling reference is a schema of its own (the compiler
+// refuses it).
+func (w *workCounter) ref(ref string) (any, string) {
 	frag, ok := strings.CutPrefix(ref, "#")
 	if !ok {
-		return w.count(w.root, "")
+		return w.root, ""
 	}
 	if frag == "" || strings.HasPrefix(frag, "/") {
 		ptr, err := url.PathUnescape(frag)
 		if err != nil {
-			return w.count(w.root, "")
+			return w.root, ""
 		}
 		node, ok := w.resolve(ptr)
 		if !ok {
-			return 1 // the compiler refuses a dangling reference
+			return true, "dangling:" + ptr
 		}
-		return w.count(node, ptr)
+		return node, ptr
 	}
 	if ptr, ok := w.anchors[frag]; ok {
 		if node, ok := w.resolve(ptr); ok {
-			return w.count(node, ptr)
+			return node, ptr
 		}
 	}
-	return w.count(w.root, "")
+	return w.root, ""
 }
 
 func (w *workCounter) resolve(ptr string) (any, bool) {

@@ -32,8 +32,9 @@ func anchored(s map[string]any) map[string]any {
 // TestNewToolRefusesSchemaBombs: an upstream inputSchema whose validation
 // work grows exponentially with its size (validating {} against 22 levels
 // took 31 s of a core; 30 levels, hours) is not served; ordinary schemas,
-// recursive ones (trees, expression languages) and ones that reuse
-// definitions are.
+// recursive ones (trees, expression languages, any JSON value) and ones
+// that reuse definitions are. A recursive schema that applies itself twice
+// at one place of the input (2^depth for nested input) is not served.
 func TestNewToolRefusesSchemaBombs(t *testing.T) {
 	t.Parallel()
 	tree := map[string]any{"$defs": map[string]any{"node": map[string]any{"type": "object", "properties": map[string]any{
@@ -48,11 +49,33 @@ func TestNewToolRefusesSchemaBombs(t *testing.T) {
 	for i := range 50 {
 		reuse["properties"].(map[string]any)[fmt.Sprintf("a%d", i)] = map[string]any{"$ref": "#/$defs/addr"}
 	}
+	// Any JSON value: an object's members and an array's items are
+	// values again (one branch applies to any one instance).
+	jsonValue := map[string]any{"anyOf": []any{
+		map[string]any{"type": []any{"string", "number", "boolean", "null"}},
+		map[string]any{"type": "object", "additionalProperties": map[string]any{"$ref": "#"}},
+		map[string]any{"type": "array", "items": map[string]any{"$ref": "#"}},
+	}}
+	// A recursive bomb: every level of the input's nesting under "a"
+	// doubles the work (a 22-deep input: 2^22 evaluations).
+	next := map[string]any{"$ref": "#"}
+	recursive := map[string]any{"type": "object", "properties": map[string]any{
+		"a": map[string]any{"anyOf": []any{map[string]any{"allOf": []any{next, false}}, next}}}}
+	// The same through a definition reached twice, and through two
+	// wildcards of one kind.
+	twice := map[string]any{"$defs": map[string]any{"x": map[string]any{"properties": map[string]any{"a": map[string]any{"$ref": "#"}}}},
+		"allOf": []any{map[string]any{"$ref": "#/$defs/x"}, map[string]any{"$ref": "#/$defs/x"}}}
+	wild := map[string]any{"properties": map[string]any{"a": map[string]any{"$ref": "#"}}, "additionalProperties": map[string]any{"$ref": "#"},
+		"patternProperties": map[string]any{"^a": map[string]any{"$ref": "#"}}}
 	for _, tc := range []struct {
 		name   string
 		schema map[string]any
 		served bool
 	}{
+		{"any JSON value", jsonValue, true},
+		{"recursive bomb", recursive, false},
+		{"recursive bomb through a definition reached twice", twice, false},
+		{"recursive bomb through overlapping wildcards", wild, false},
 		{"plain", map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"type": "string"}}}, true},
 		{"recursive tree", tree, true},
 		{"50 uses of one definition", reuse, true},
