@@ -81,6 +81,20 @@ func fakeServer(mode string) {
 		case "initialize":
 			send(req.ID, `{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"fake","version":"1"}}`)
 		case "tools/list":
+			if f := os.Getenv("FAKE_COUNTFILE"); f != "" {
+				if fh, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+					_, _ = fh.WriteString("list\n")
+					_ = fh.Close()
+				}
+			}
+			if mode == "flood" { // answers, then asks to be listed again, 50 times
+				send(req.ID, `{"tools":[{"name":"echo","inputSchema":{"type":"object"}}]}`)
+				for range 50 {
+					fmt.Fprint(out, `{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`+"\n")
+				}
+				_ = out.Flush()
+				continue
+			}
 			var list []string
 			switch mode {
 			case "endless", "endless_empty": // pages of 50 new tools (or none) without end
@@ -386,6 +400,33 @@ func TestUpstreamHostileToolList(t *testing.T) {
 			t.Fatalf("served %v; want the tools listed once, not echo", names)
 		}
 	})
+}
+
+// TestUpstreamListChangedFlood: a server that answers every tools/list
+// with 50 notifications/tools/list_changed is listed again at most once a
+// second (each refresh lists every tool and reads its pins from the
+// store), not back to back.
+func TestUpstreamListChangedFlood(t *testing.T) {
+	t.Parallel()
+	count := filepath.Join(t.TempDir(), "lists")
+	spec := fakeSpec(t, "flood", "flood")
+	spec.Env["FAKE_COUNTFILE"] = count
+	m := startManager(t, spec)
+	waitFor(t, "the upstream ready", func() bool { return m.Ready()["flood"] == StateReady })
+	lists := func() int {
+		b, _ := os.ReadFile(count)
+		return strings.Count(string(b), "list\n")
+	}
+	waitFor(t, "a refresh after list_changed", func() bool { return lists() >= 2 })
+	start, before := time.Now(), lists()
+	time.Sleep(3 * time.Second)
+	n, secs := lists()-before, time.Since(start).Seconds()
+	if float64(n) > secs+2 {
+		t.Fatalf("%d tools/list in %.1f s of list_changed flood; want at most one a second", n, secs)
+	}
+	if m.Ready()["flood"] != StateReady || len(m.Tools()) != 1 {
+		t.Fatalf("the flooding upstream: %v, %d tools", m.Ready(), len(m.Tools()))
+	}
 }
 
 // TestUpstreamInitializeTimeout: a server that never answers initialize

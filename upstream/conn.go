@@ -40,6 +40,7 @@ type conn struct {
 	// is waiting to start.
 	refreshing     sync.Mutex
 	refreshPending atomic.Bool
+	refreshedAt    time.Time // when the last refresh ended (under mu)
 	// tooLarge says the session was dropped for a message past
 	// maxMessageBytes; cleared when the next session is ready.
 	tooLarge atomic.Bool
@@ -139,10 +140,25 @@ func (c *conn) serveOnce(ctx context.Context) (time.Duration, error) {
 			// Notifications that arrive while one refresh waits to start
 			// are coalesced into it, so a server flooding list_changed
 			// costs at most one waiting and one running refresh.
+			// And a refresh starts at most once per minRefreshInterval: each
+			// one lists every tool and reads its pin from the store, which a
+			// server sending list_changed without end would otherwise keep
+			// doing back to back.
 			if !c.refreshPending.CompareAndSwap(false, true) {
 				return
 			}
 			go func() {
+				c.mu.Lock()
+				wait := time.Until(c.refreshedAt.Add(minRefreshInterval))
+				c.mu.Unlock()
+				if wait > 0 {
+					select {
+					case <-ctx.Done():
+						c.refreshPending.Store(false)
+						return
+					case <-time.After(wait):
+					}
+				}
 				c.refreshing.Lock()
 				c.refreshPending.Store(false)
 				c.refreshing.Unlock()
@@ -185,6 +201,11 @@ func (c *conn) serveOnce(ctx context.Context) (time.Duration, error) {
 func (c *conn) refresh(ctx context.Context) error {
 	c.refreshing.Lock()
 	defer c.refreshing.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.refreshedAt = time.Now()
+		c.mu.Unlock()
+	}()
 	c.mu.Lock()
 	sess := c.sess
 	c.mu.Unlock()
@@ -224,6 +245,10 @@ func (c *conn) refresh(ctx context.Context) error {
 	c.m.bump()
 	return nil
 }
+
+// minRefreshInterval is the least time between two refreshes a server's
+// notifications/tools/list_changed start.
+const minRefreshInterval = time.Second
 
 // Bounds on one upstream's tools/list: a hostile server that pages
 // without end (or lists millions of tools) is cut off there rather than
