@@ -369,4 +369,6 @@ type ControlStore interface {
 	SettleParked(ctx context.Context, s Settle) (ParkedCall, error)
 	// ExpiredParked lists pending calls whose expiry is before now.
 	ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error)
+	// PendingParked counts the principal's pending calls, up to limit.
+	PendingParked(ctx context.Context, principalID string, limit int) (int, error)
 }

@@ -128,6 +128,8 @@ const (
 	// SQLSettleParked writes a settled parked call (SettleArgs).
 	SQLSettleParked = `UPDATE portcullis_approvals SET status = ?2, decided_by = ?3, decided_at = ?4, decision_reason = ?5,
 		input = CASE WHEN ?7 THEN input END, response = coalesce(?6, response) WHERE id = ?1`
+	// SQLPendingParked counts principal ?1's pending calls, up to ?2.
+	SQLPendingParked = "SELECT count(*) FROM (SELECT 1 FROM portcullis_approvals WHERE status = 'pending' AND principal_id = ?1 LIMIT ?2) AS p"
 	// SQLExpiredParked lists pending calls expired at ?1, at most ?2.
 	SQLExpiredParked = "SELECT id FROM portcullis_approvals WHERE status = 'pending' AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2"
 )

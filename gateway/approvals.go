@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -41,6 +42,11 @@ type ApprovalOptions struct {
 	PollInterval time.Duration
 }
 
+// MaxPendingApprovals bounds the calls one principal may have waiting for
+// approval at once; past it a call that needs approval is refused
+// rate_limited instead of parked.
+const MaxPendingApprovals = 100
+
 // maxWait bounds GET /v1/tool-calls/{id}?wait=.
 const maxWait = 5 * time.Minute
 
@@ -59,6 +65,24 @@ func (s *Server) park(ctx context.Context, rec *record, a admission) (int, wire.
 		rec.scope = nil
 		return s.refuse(ctx, rec, wire.DecisionDeny, wire.Errorf(wire.CodeEvidenceUnavailable,
 			"the policy requires approval but this gateway keeps no parked calls; the call was not run"))
+	}
+	// A principal's pending calls are bounded: parking draws on no quota,
+	// and an agent that could park without end would fill the store with
+	// exact inputs and bury a call among thousands on the approvers' page.
+	var waiting int
+	if err := s.withStore(ctx, func(ctx context.Context) error {
+		var err error
+		waiting, err = s.opts.Controls.PendingParked(ctx, rec.principal.ID, MaxPendingApprovals)
+		return err
+	}); err != nil {
+		rec.scope = nil
+		return s.refuse(ctx, rec, wire.DecisionDeny, wire.Wrap(wire.CodeEvidenceUnavailable, "approvals: count pending", err,
+			"the evidence store is unavailable, so the call was not parked; retry later"))
+	}
+	if waiting >= MaxPendingApprovals {
+		return s.refuse(ctx, rec, wire.DecisionDeny, markRateLimited(rec, &wire.Error{Code: wire.CodeRateLimited,
+			Message: fmt.Sprintf("principal %q already has %d calls waiting for approval, the most it may; the call was not parked (retry once some are decided)", rec.principal.ID, waiting),
+			Details: map[string]any{"pending_approvals": waiting, "limit": MaxPendingApprovals}}))
 	}
 	req := a.decision.Approval
 	now := s.opts.Now().UTC()

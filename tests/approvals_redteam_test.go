@@ -3,6 +3,7 @@ package tests
 import (
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,4 +46,43 @@ func TestApprovalLiveApprovers(t *testing.T) {
 	if r.status != http.StatusOK || out.Status != http.StatusOK || ranCount(t, newFile) != 1 {
 		t.Fatalf("approval by the approver the live policy names = %s; want the call run once", r)
 	}
+}
+
+// TestApprovalPendingBounded: parking draws on no quota, so an agent could
+// park calls without end, filling the store with exact inputs and burying
+// one call among thousands on the approvers' page. A principal may have
+// gateway.MaxPendingApprovals (100) calls waiting; the next is refused
+// rate_limited with a receipt and is not parked, another principal is not
+// affected, and once one is decided the agent may park again.
+func TestApprovalPendingBounded(t *testing.T) {
+	t.Parallel()
+	d := newDeployment(t, storeSQLite)
+	requireApproval(t, d, 300, agentFull, agentApprover)
+	g := d.start(t)
+	call := func(i int) map[string]any {
+		return map[string]any{"tool": "Exec", "input": map[string]any{"argv": []string{"/usr/bin/true", strconv.Itoa(i)}}}
+	}
+	var first approvalAnswer
+	for i := range 100 {
+		_, a := park(t, g, d.keys[agentFull], call(i))
+		if i == 0 {
+			first = a
+		}
+	}
+	res := g.call(t, d.keys[agentFull], call(100))
+	if res.status != http.StatusTooManyRequests || res.errCode() != "rate_limited" || res.ReceiptID == "" {
+		t.Fatalf("the 101st call waiting for approval = %s; want 429 rate_limited with a receipt", res.response)
+	}
+	if n := len(pendingApprovals(t, g, d.keys[approver1])); n != 100 {
+		t.Fatalf("%d calls pending; want 100", n)
+	}
+	rc := g.waitReceipt(t, res.ReceiptID, 10*time.Second, func(r receipt) bool { return r.errorCode() == "rate_limited" })
+	if rc.Decision != "deny" {
+		t.Errorf("refused call's receipt decision %q, want deny", rc.Decision)
+	}
+	park(t, g, d.keys[agentApprover], call(0))
+	if r, _ := decideApproval(t, g, d.keys[approver1], first.Approval.ID, "reject", "flood"); r.status != http.StatusOK {
+		t.Fatalf("reject = %s", r)
+	}
+	park(t, g, d.keys[agentFull], call(101))
 }

@@ -176,6 +176,7 @@ var (
 	sqlParkedList       = dialect.SQL(evidence.SQLParkedList)
 	sqlSettleParked     = dialect.SQL(evidence.SQLSettleParked)
 	sqlExpiredParked    = dialect.SQL(evidence.SQLExpiredParked)
+	sqlPendingParked    = dialect.SQL(evidence.SQLPendingParked)
 	sqlPendingDecisions = dialect.SQL(evidence.SQLPendingDecisions)
 	sqlChainHead        = dialect.SQL(evidence.SQLChainHead)
 )
@@ -304,6 +305,15 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 		return p, fmt.Errorf("evidence/postgres: settle approval: %w", classify(err))
 	}
 	return settled, nil
+}
+
+// PendingParked counts the principal's pending calls, up to limit.
+func (s *Store) PendingParked(ctx context.Context, principalID string, limit int) (int, error) {
+	var n int
+	if err := s.q.QueryRow(ctx, sqlPendingParked, principalID, limit).Scan(&n); err != nil {
+		return 0, fmt.Errorf("evidence/postgres: pending approvals: %w", classify(err))
+	}
+	return n, nil
 }
 
 // ExpiredParked lists pending calls whose expiry has passed.

@@ -302,6 +302,15 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 	return p, nil
 }
 
+// PendingParked counts the principal's pending calls, up to limit.
+func (s *Store) PendingParked(ctx context.Context, principalID string, limit int) (int, error) {
+	var n int
+	if err := s.q.QueryRowContext(ctx, evidence.SQLPendingParked, principalID, limit).Scan(&n); err != nil {
+		return 0, fmt.Errorf("evidence/sqlite: pending approvals: %w", classify(err))
+	}
+	return n, nil
+}
+
 // ExpiredParked lists pending calls whose expiry has passed.
 func (s *Store) ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error) {
 	ids, err := queryAll(ctx, s.q, evidence.SQLExpiredParked, []any{now.UnixMicro(), limit}, scanID)

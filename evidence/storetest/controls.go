@@ -148,6 +148,25 @@ func testParkedExactlyOnce(t *testing.T, s evidence.Store) {
 	if err != nil || len(pending) != 1 || pending[0].ID != expired.ID {
 		t.Errorf("ParkedCalls(pending) = %d calls, %v; want only the expired-but-unswept one", len(pending), err)
 	}
+	for _, tc := range []struct {
+		principal string
+		limit     int
+		want      int
+	}{{"agent-alpha", 10, 1}, {"agent-alpha", 1, 1}, {"Agent-Alpha", 10, 0}, {"agent-beta", 10, 0}} {
+		if n, err := c.PendingParked(ctx, tc.principal, tc.limit); err != nil || n != tc.want {
+			t.Errorf("PendingParked(%s, %d) = %d, %v; want %d", tc.principal, tc.limit, n, err, tc.want)
+		}
+	}
+	more := park(now.Add(time.Hour))
+	if n, err := c.PendingParked(ctx, "agent-alpha", 10); err != nil || n != 2 {
+		t.Errorf("PendingParked after another = %d, %v; want 2", n, err)
+	}
+	if n, err := c.PendingParked(ctx, "agent-alpha", 1); err != nil || n != 1 {
+		t.Errorf("PendingParked up to 1 = %d, %v; want 1", n, err)
+	}
+	if _, err := c.SettleParked(ctx, evidence.Settle{ID: more.ID, From: wire.ApprovalPending, To: wire.ApprovalRejected, By: "x", At: now}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.ParkedCall(ctx, uuid.Must(uuid.NewV7())); !errors.Is(err, evidence.ErrApprovalNotFound) {
 		t.Errorf("unknown approval = %v, want ErrApprovalNotFound", err)
 	}
