@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 )
 
 // TestApprovalLiveApprovers: a call parked under a policy revision that
@@ -85,4 +87,49 @@ func TestApprovalPendingBounded(t *testing.T) {
 		t.Fatalf("reject = %s", r)
 	}
 	park(t, g, d.keys[agentFull], call(101))
+}
+
+// TestExplorerApprovalsXSS drives /ui/approvals.html in headless Chromium
+// with HTML where an agent and its policy put text the page shows: the
+// parked call's argv and the policy's approval reason. Both are shown as
+// text and nothing they hold runs.
+func TestExplorerApprovalsXSS(t *testing.T) {
+	bin := chromiumPath(t)
+	t.Parallel()
+	d := newDeployment(t, storeSQLite)
+	requireApproval(t, d, 300, agentFull)
+	editPrincipals(t, d, func(ps map[string]map[string]any) {
+		ps[agentFull]["approval"].(map[string]any)["reason"] = "reason " + explorerXSS
+	})
+	g := d.start(t)
+	_, a := park(t, g, d.keys[agentFull], map[string]any{"tool": "Exec", "input": map[string]any{"argv": []string{"/usr/bin/echo", explorerXSS}}})
+
+	br := newBrowser(t, bin)
+	br.do("open the approvals page", chromedp.Navigate(g.baseURL+"/ui/approvals.html"), chromedp.WaitVisible(chromedp.CSS("#login-form")))
+	br.do("sign in as an approver", chromedp.SendKeys(chromedp.CSS("#api-key"), d.keys[approver1]), chromedp.Click(chromedp.CSS(`#login-form button[type="submit"]`)))
+	br.waitFor("the parked call to be listed", `document.querySelectorAll('#rows tr').length === 1`)
+	var page struct {
+		Imgs   int    `json:"imgs"`
+		Pwned  any    `json:"pwned"`
+		Title  string `json:"title"`
+		Script int    `json:"script"`
+		Row    string `json:"row"`
+	}
+	br.eval(`({imgs: document.querySelectorAll('img[src="x"]').length, pwned: window.__pwned === undefined ? null : window.__pwned,
+		title: document.title, script: document.querySelectorAll('script').length,
+		row: document.querySelector('#rows tr').textContent})`, &page)
+	if page.Imgs != 0 || page.Pwned != nil || page.Title != "Portcullis · Pending approvals" || page.Script != 2 {
+		t.Errorf("HTML from a parked call was parsed: img[src=x]=%d __pwned=%v title=%q scripts=%d", page.Imgs, page.Pwned, page.Title, page.Script)
+	}
+	if strings.Count(page.Row, "<img src=x onerror=") != 2 || !strings.Contains(page.Row, "reason <img") {
+		t.Errorf("argv and reason not shown as text: %s", page.Row)
+	}
+	for _, m := range br.messages() {
+		if text := m.Text; m.IsException() || strings.Contains(text, "Content Security Policy") || strings.Contains(text, "Trusted") {
+			t.Errorf("browser console: %s", m)
+		}
+	}
+	if v := pendingApprovals(t, g, d.keys[approver1])[a.Approval.ID]; !strings.Contains(v.Reason, explorerXSS) {
+		t.Errorf("the API's reason = %q; want the policy's, verbatim", v.Reason)
+	}
 }
