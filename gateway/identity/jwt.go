@@ -495,8 +495,8 @@ func (v *JWTVerifier) roles(claims map[string]any) []string {
 // UTF-8 without control characters, so an id cannot forge log lines or
 // evidence columns.
 func validID(s string) bool {
-	if s == "" || len(s) > 256 || !utf8.ValidString(s) {
-		return false
+	if s == "" || len(s) > 256 || !utf8.ValidString(s) || strings.TrimSpace(s) != s {
+		return false // nor leading or trailing spaces, which nobody sees
 	}
 	for _, r := range s {
 		// Printable only (letters, marks, numbers, punctuation, symbols,

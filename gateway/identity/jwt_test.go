@@ -295,6 +295,7 @@ func TestJWTRefusals(t *testing.T) {
 		{"a configured principal in fullwidth letters", rs.sign(t, with(func(c map[string]any) { c["sub"] = "ａｇｅｎｔ-alpha" }), nil), ReasonReservedID},
 		{"a configured principal with a zero-width space", rs.sign(t, with(func(c map[string]any) { c["sub"] = "agent-alpha\u200b" }), nil), ReasonBadClaim},
 		{"sub with a right-to-left override", rs.sign(t, with(func(c map[string]any) { c["sub"] = "\u202eahpla-tnega" }), nil), ReasonBadClaim},
+		{"a configured principal with a trailing space", rs.sign(t, with(func(c map[string]any) { c["sub"] = "agent-alpha " }), nil), ReasonBadClaim},
 		{"sub with a no-break space", rs.sign(t, with(func(c map[string]any) { c["sub"] = "agent\u00a0alpha" }), nil), ReasonBadClaim},
 		{"alg none", none, ReasonAlgNotAllowed},
 		{"alg none, no signature dot", strings.TrimSuffix(none, "."), ""},
