@@ -23,7 +23,7 @@ func schemaWork(doc any, limit int) int {
 		back: map[string][][]string{}, posAt: map[string]int{}}
 	w.findAnchors(doc, "")
 	n, _ := w.count(doc, "")
-	if w.recursive() {
+	if w.recursive {
 		return limit + 1
 	}
 	return n
@@ -41,24 +41,23 @@ type workCounter struct {
 	// back lists, per schema that a reference re-enters, the instance
 	// positions each such reference descends by from it.
 	back map[string][][]string
+	// recursive: two references back into one schema can both apply at
+	// one instance location (overlap), so each level of the input's
+	// nesting multiplies the work (2^depth), as in anyOf [allOf [#,
+	// false], #] under a property; or a schema is re-entered from more
+	// places than maxBackRefs, too many to judge.
+	recursive bool
+	steps     int // count's calls so far
 }
 
-// recursive reports whether two references back into one schema can
-// both apply at one instance location: then each level of the input's
-// nesting multiplies the work (2^depth), as in anyOf [allOf [#, false], #]
-// under a property.
-func (w *workCounter) recursive() bool {
-	for _, paths := range w.back {
-		for i := range paths {
-			for j := i + 1; j < len(paths); j++ {
-				if overlap(paths[i], paths[j]) {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
+// maxSchemaSteps bounds the analysis itself: a schema it cannot judge in
+// that many steps is not served either (an ordinary schema takes about as
+// many steps as it has subschemas).
+const maxSchemaSteps = 1_000_000
+
+// maxBackRefs bounds the references back into one schema that are judged
+// (a tree's or an expression language's schema has a handful).
+const maxBackRefs = 256
 
 // overlap: one instance path can be both a prefix of one and of the other
 // (positions equal, or a wildcard of the same kind).
@@ -102,11 +101,29 @@ func (w *workCounter) count(node any, ptr string) (int, int) {
 	if !ok {
 		return 1, w.depth + 1 // true, false, or not a schema (the compiler refuses that)
 	}
+	if w.steps++; w.steps > maxSchemaSteps {
+		w.recursive = true // too large to judge
+	}
+	if w.recursive {
+		return w.limit + 1, w.depth + 1
+	}
 	if n, ok := w.memo[ptr]; ok {
 		return n, w.depth + 1
 	}
 	if d, ok := w.active[ptr]; ok {
-		w.back[ptr] = append(w.back[ptr], append([]string(nil), w.pos[w.posAt[ptr]:]...))
+		path := append([]string(nil), w.pos[w.posAt[ptr]:]...)
+		for _, q := range w.back[ptr] {
+			if overlap(path, q) {
+				w.recursive = true
+			}
+		}
+		if len(w.back[ptr]) >= maxBackRefs {
+			w.recursive = true
+		}
+		w.back[ptr] = append(w.back[ptr], path)
+		if w.recursive {
+			return w.limit + 1, d
+		}
 		return 1, d
 	}
 	w.depth++

@@ -22,6 +22,15 @@ func bombSchema(n int) map[string]any {
 	return map[string]any{"$defs": defs, "$ref": "#/$defs/l0"}
 }
 
+// recursingProps is an object of n properties that are the object again.
+func recursingProps(n int) map[string]any {
+	props := map[string]any{}
+	for i := range n {
+		props[fmt.Sprintf("p%d", i)] = map[string]any{"$ref": "#"}
+	}
+	return map[string]any{"type": "object", "properties": props}
+}
+
 // anchored is s entered through an anchor on its first level.
 func anchored(s map[string]any) map[string]any {
 	defs := s["$defs"].(map[string]any)
@@ -73,6 +82,8 @@ func TestNewToolRefusesSchemaBombs(t *testing.T) {
 		served bool
 	}{
 		{"any JSON value", jsonValue, true},
+		{"20 properties recursing", recursingProps(20), true},
+		{"300 properties recursing: too many to judge", recursingProps(300), false},
 		{"recursive bomb", recursive, false},
 		{"recursive bomb through a definition reached twice", twice, false},
 		{"recursive bomb through overlapping wildcards", wild, false},
