@@ -371,4 +371,7 @@ type ControlStore interface {
 	ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error)
 	// PendingParked counts the principal's pending calls, up to limit.
 	PendingParked(ctx context.Context, principalID string, limit int) (int, error)
+	// PruneQuotas deletes the counters of windows that ended at or
+	// before endedBy and says how many.
+	PruneQuotas(ctx context.Context, endedBy time.Time) (int64, error)
 }

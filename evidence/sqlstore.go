@@ -128,6 +128,9 @@ const (
 	// SQLSettleParked writes a settled parked call (SettleArgs).
 	SQLSettleParked = `UPDATE portcullis_approvals SET status = ?2, decided_by = ?3, decided_at = ?4, decision_reason = ?5,
 		input = CASE WHEN ?7 THEN input END, response = coalesce(?6, response) WHERE id = ?1`
+	// SQLPruneQuotas deletes the counters of windows that ended at or
+	// before ?1 (unix seconds).
+	SQLPruneQuotas = "DELETE FROM portcullis_quota_counters WHERE window_start + window_s <= ?1"
 	// SQLPendingParked counts principal ?1's pending calls, up to ?2.
 	SQLPendingParked = "SELECT count(*) FROM (SELECT 1 FROM portcullis_approvals WHERE status = 'pending' AND principal_id = ?1 LIMIT ?2) AS p"
 	// SQLExpiredParked lists pending calls expired at ?1, at most ?2.

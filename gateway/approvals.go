@@ -227,8 +227,9 @@ func (s *Server) expire(ctx context.Context, pc evidence.ParkedCall) {
 
 // sweepApprovals expires parked calls whose TTL passed, every second, on
 // every replica (settling is exactly once, so replicas never both do it),
-// and every recoverEvery seconds ends approved calls whose runner died
-// (recoverRuns).
+// every recoverEvery seconds ends approved calls whose runner died
+// (recoverRuns), and every pruneQuotasEvery seconds deletes quota windows
+// long ended (pruneQuotas).
 func (s *Server) sweepApprovals(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -242,6 +243,9 @@ func (s *Server) sweepApprovals(ctx context.Context) {
 		if tick++; tick%recoverEvery == 0 {
 			s.recoverRuns(ctx)
 		}
+		if tick%pruneQuotasEvery == 0 {
+			s.pruneQuotas(ctx)
+		}
 		ids, err := s.opts.Controls.ExpiredParked(ctx, s.opts.Now().UTC(), 100)
 		if err != nil {
 			continue
@@ -251,6 +255,25 @@ func (s *Server) sweepApprovals(ctx context.Context) {
 				s.expire(ctx, pc)
 			}
 		}
+	}
+}
+
+// Quota counters of windows that ended more than quotaKeep ago are
+// deleted every pruneQuotasEvery seconds (any replica; deleting is
+// idempotent): a policy that builds quota keys from a call's input would
+// otherwise leave a row per key and window for good. GET /v1/quotas shows
+// a key's windows of the last day and the current one.
+const (
+	pruneQuotasEvery = 60
+	quotaKeep        = 24 * time.Hour
+)
+
+func (s *Server) pruneQuotas(ctx context.Context) {
+	if err := s.withStore(ctx, func(ctx context.Context) error {
+		_, err := s.opts.Controls.PruneQuotas(ctx, s.opts.Now().Add(-quotaKeep))
+		return err
+	}); err != nil {
+		s.log.WarnContext(ctx, "could not prune ended quota windows", "err", err)
 	}
 }
 

@@ -177,6 +177,7 @@ var (
 	sqlSettleParked     = dialect.SQL(evidence.SQLSettleParked)
 	sqlExpiredParked    = dialect.SQL(evidence.SQLExpiredParked)
 	sqlPendingParked    = dialect.SQL(evidence.SQLPendingParked)
+	sqlPruneQuotas      = dialect.SQL(evidence.SQLPruneQuotas)
 	sqlPendingDecisions = dialect.SQL(evidence.SQLPendingDecisions)
 	sqlChainHead        = dialect.SQL(evidence.SQLChainHead)
 )
@@ -305,6 +306,18 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 		return p, fmt.Errorf("evidence/postgres: settle approval: %w", classify(err))
 	}
 	return settled, nil
+}
+
+// PruneQuotas deletes the counters of windows that ended by endedBy.
+func (s *Store) PruneQuotas(ctx context.Context, endedBy time.Time) (int64, error) {
+	if s.ro != nil {
+		return 0, errReadOnly
+	}
+	tag, err := s.pool.Exec(ctx, sqlPruneQuotas, endedBy.Unix())
+	if err != nil {
+		return 0, fmt.Errorf("evidence/postgres: prune quotas: %w", classify(err))
+	}
+	return tag.RowsAffected(), nil
 }
 
 // PendingParked counts the principal's pending calls, up to limit.

@@ -79,6 +79,23 @@ func testQuotaExact(t *testing.T, s evidence.Store) {
 	if _, ex, _ := c.ConsumeQuotas(ctx, []wire.Quota{{Key: "k", Limit: 1, WindowS: 60, Cost: 2}}, now); ex == nil {
 		t.Error("a cost above the limit was admitted")
 	}
+	// Pruning deletes the windows that ended by then, and only those.
+	windows := func() int {
+		usage, err := c.QuotaUsage(ctx, q.Key, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(usage)
+	}
+	if n := windows(); n != 2 {
+		t.Fatalf("%d windows of %s before pruning; want 2", n, q.Key)
+	}
+	if n, err := c.PruneQuotas(ctx, now.Truncate(time.Minute).Add(time.Minute-time.Second)); err != nil || n != 0 || windows() != 2 {
+		t.Fatalf("pruning before the first window ended = %d, %v; want nothing pruned", n, err)
+	}
+	if n, err := c.PruneQuotas(ctx, now.Truncate(time.Minute).Add(time.Minute)); err != nil || n < 1 || windows() != 1 {
+		t.Fatalf("pruning as the first window ended = %d, %v, %d windows left; want it pruned and the next kept", n, err, windows())
+	}
 }
 
 // testParkedExactlyOnce: of 16 settlers racing to approve one parked
