@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -171,12 +172,19 @@ func Decide(batch []*QuotaRequest, used map[CounterKey]int64) (add map[CounterKe
 	add, limit = map[CounterKey]int64{}, map[CounterKey]int64{}
 	for _, r := range batch {
 		refused := -1
+		// own is what this request draws on each counter so far: a
+		// decision that names one key twice draws on it twice.
+		own := map[CounterKey]int64{}
 		for i, q := range r.Quotas {
 			k := CounterKey{q.Key, q.WindowS, WindowStart(r.Now, q.WindowS)}
-			if used[k]+add[k]+q.Cost > q.Limit {
+			taken := satAdd(satAdd(used[k], add[k]), own[k])
+			// taken > Limit-Cost, not taken+Cost > Limit: the sum may pass
+			// the largest int64 and wrap round to a count that fits.
+			if q.Cost < 0 || q.Limit < 0 || taken < 0 || q.Cost > q.Limit || taken > q.Limit-q.Cost {
 				refused = i
 				break
 			}
+			own[k] += q.Cost
 		}
 		if refused >= 0 {
 			r.Refuse(refused)
@@ -190,6 +198,15 @@ func Decide(batch []*QuotaRequest, used map[CounterKey]int64) (add map[CounterKe
 		r.Settle(true)
 	}
 	return add, limit
+}
+
+// satAdd is a+b for counts (never negative), the largest int64 when the
+// sum would pass it.
+func satAdd(a, b int64) int64 {
+	if a > 0 && b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // QuotaAppender is a store that draws quotas in the transaction that
@@ -352,4 +369,9 @@ type ControlStore interface {
 	SettleParked(ctx context.Context, s Settle) (ParkedCall, error)
 	// ExpiredParked lists pending calls whose expiry is before now.
 	ExpiredParked(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error)
+	// PendingParked counts the principal's pending calls, up to limit.
+	PendingParked(ctx context.Context, principalID string, limit int) (int, error)
+	// PruneQuotas deletes the counters of windows that ended at or
+	// before endedBy and says how many.
+	PruneQuotas(ctx context.Context, endedBy time.Time) (int64, error)
 }

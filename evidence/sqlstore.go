@@ -157,6 +157,11 @@ const (
 	// SQLUnansweredRuns lists approved parked calls without an answer,
 	// oldest approval first, at most ?1.
 	SQLUnansweredRuns = "SELECT id FROM portcullis_approvals WHERE status = 'approved' AND response IS NULL ORDER BY decided_at, id LIMIT ?1"
+	// SQLPruneQuotas deletes the counters of windows that ended at or
+	// before ?1 (unix seconds).
+	SQLPruneQuotas = "DELETE FROM portcullis_quota_counters WHERE window_start + window_s <= ?1"
+	// SQLPendingParked counts principal ?1's pending calls, up to ?2.
+	SQLPendingParked = "SELECT count(*) FROM (SELECT 1 FROM portcullis_approvals WHERE status = 'pending' AND principal_id = ?1 LIMIT ?2) AS p"
 	// SQLExpiredParked lists pending calls expired at ?1, at most ?2.
 	SQLExpiredParked = "SELECT id FROM portcullis_approvals WHERE status = 'pending' AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2"
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/portcullis/portcullis/evidence"
+	"github.com/portcullis/portcullis/gateway/identity"
 	"github.com/portcullis/portcullis/tools"
 	"github.com/portcullis/portcullis/wire"
 )
@@ -40,6 +42,11 @@ type ApprovalOptions struct {
 	PollInterval time.Duration
 }
 
+// MaxPendingApprovals bounds the calls one principal may have waiting for
+// approval at once; past it a call that needs approval is refused
+// rate_limited instead of parked.
+const MaxPendingApprovals = 100
+
 // maxWait bounds GET /v1/tool-calls/{id}?wait=.
 const maxWait = 5 * time.Minute
 
@@ -58,6 +65,24 @@ func (s *Server) park(ctx context.Context, rec *record, a admission) (int, wire.
 		rec.scope = nil
 		return s.refuse(ctx, rec, wire.DecisionDeny, wire.Errorf(wire.CodeEvidenceUnavailable,
 			"the policy requires approval but this gateway keeps no parked calls; the call was not run"))
+	}
+	// A principal's pending calls are bounded: parking draws on no quota,
+	// and an agent that could park without end would fill the store with
+	// exact inputs and bury a call among thousands on the approvers' page.
+	var waiting int
+	if err := s.withStore(ctx, func(ctx context.Context) error {
+		var err error
+		waiting, err = s.opts.Controls.PendingParked(ctx, rec.principal.ID, MaxPendingApprovals)
+		return err
+	}); err != nil {
+		rec.scope = nil
+		return s.refuse(ctx, rec, wire.DecisionDeny, wire.Wrap(wire.CodeEvidenceUnavailable, "approvals: count pending", err,
+			"the evidence store is unavailable, so the call was not parked; retry later"))
+	}
+	if waiting >= MaxPendingApprovals {
+		return s.refuse(ctx, rec, wire.DecisionDeny, markRateLimited(rec, &wire.Error{Code: wire.CodeRateLimited,
+			Message: fmt.Sprintf("principal %q already has %d calls waiting for approval, the most it may; the call was not parked (retry once some are decided)", rec.principal.ID, waiting),
+			Details: map[string]any{"pending_approvals": waiting, "limit": MaxPendingApprovals}}))
 	}
 	req := a.decision.Approval
 	now := s.opts.Now().UTC()
@@ -136,10 +161,11 @@ func (s *Server) withStore(ctx context.Context, f func(context.Context) error) e
 }
 
 // mayDecide says whether p may approve or reject pc: never the call's own
-// principal; an admin always; else someone the policy's approvers name
-// (any approver when it names none).
+// principal (nor one whose id differs from it only in case or Unicode
+// form, identity.IDKey); an admin always; else someone the policy's
+// approvers name (any approver when it names none).
 func mayDecide(p wire.Principal, pc evidence.ParkedCall) *wire.Error {
-	if p.ID == pc.Principal.ID {
+	if p.ID == pc.Principal.ID || identity.IDKey(p.ID) == identity.IDKey(pc.Principal.ID) {
 		return wire.Errorf(wire.CodeForbidden, "nobody approves their own call: %q made this call", p.ID)
 	}
 	if p.HasRole(wire.RoleAdmin) || len(pc.Approvers) == 0 {
@@ -201,8 +227,9 @@ func (s *Server) expire(ctx context.Context, pc evidence.ParkedCall) {
 
 // sweepApprovals expires parked calls whose TTL passed, every second, on
 // every replica (settling is exactly once, so replicas never both do it),
-// and every recoverEvery seconds ends approved calls whose runner died
-// (recoverRuns).
+// every recoverEvery seconds ends approved calls whose runner died
+// (recoverRuns), and every pruneQuotasEvery seconds deletes quota windows
+// long ended (pruneQuotas).
 func (s *Server) sweepApprovals(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -216,6 +243,9 @@ func (s *Server) sweepApprovals(ctx context.Context) {
 		if tick++; tick%recoverEvery == 0 {
 			s.recoverRuns(ctx)
 		}
+		if tick%pruneQuotasEvery == 0 {
+			s.pruneQuotas(ctx)
+		}
 		ids, err := s.opts.Controls.ExpiredParked(ctx, s.opts.Now().UTC(), 100)
 		if err != nil {
 			continue
@@ -225,6 +255,25 @@ func (s *Server) sweepApprovals(ctx context.Context) {
 				s.expire(ctx, pc)
 			}
 		}
+	}
+}
+
+// Quota counters of windows that ended more than quotaKeep ago are
+// deleted every pruneQuotasEvery seconds (any replica; deleting is
+// idempotent): a policy that builds quota keys from a call's input would
+// otherwise leave a row per key and window for good. GET /v1/quotas shows
+// a key's windows of the last day and the current one.
+const (
+	pruneQuotasEvery = 60
+	quotaKeep        = 24 * time.Hour
+)
+
+func (s *Server) pruneQuotas(ctx context.Context) {
+	if err := s.withStore(ctx, func(ctx context.Context) error {
+		_, err := s.opts.Controls.PruneQuotas(ctx, s.opts.Now().Add(-quotaKeep))
+		return err
+	}); err != nil {
+		s.log.WarnContext(ctx, "could not prune ended quota windows", "err", err)
 	}
 }
 
@@ -256,7 +305,7 @@ func (s *Server) approve(ctx context.Context, p wire.Principal, pc evidence.Park
 	if evidence.ArgsDigest(won.Input) != won.ArgsSHA256 {
 		return s.stopApproved(ctx, won, wire.Errorf(wire.CodeInternal, "the parked input no longer matches its digest; the call did not run"))
 	}
-	status, resp := s.runParked(ctx, won)
+	status, resp := s.runParked(ctx, p, won)
 	resp.Approval = &wire.ApprovalRef{ID: won.ID.String(), Status: wire.ApprovalApproved, ExpiresAt: won.ExpiresAt}
 	answer, _ := json.Marshal(storedAnswer{Status: status, Response: resp})
 	if err := s.withStore(ctx, func(ctx context.Context) error {
@@ -291,7 +340,10 @@ func (s *Server) stopApproved(ctx context.Context, pc evidence.ParkedCall, we *w
 
 // runParked re-decides the parked call with the live policy and, when it
 // is still allowed, draws its quotas and runs it under its own receipt.
-func (s *Server) runParked(ctx context.Context, pc evidence.ParkedCall) (int, wire.ToolCallResponse) {
+// When the live decision still requires approval, approver must be one it
+// names too: a policy that narrowed who decides such a call since it was
+// parked is not bypassed by an approver only the parked revision named.
+func (s *Server) runParked(ctx context.Context, approver wire.Principal, pc evidence.ParkedCall) (int, wire.ToolCallResponse) {
 	tool, we := s.findTool(pc.Tool)
 	if we != nil {
 		_, resp, _ := s.stopApproved(ctx, pc, we)
@@ -309,6 +361,16 @@ func (s *Server) runParked(ctx context.Context, pc evidence.ParkedCall) (int, wi
 		return s.stoppedRun(ctx, pc, st.err)
 	}
 	rec.decision, rec.args, rec.scope = a.decision, a.call.Args(), &a.scope
+	if live := a.decision.Approval; live != nil {
+		if we := mayDecide(approver, evidence.ParkedCall{Principal: pc.Principal, Approvers: live.Approvers}); we != nil {
+			if r, ok := a.call.(tools.Releaser); ok {
+				r.Release()
+			}
+			return s.stoppedRun(ctx, pc, wire.Errorf(wire.CodeForbidden,
+				"the live policy (revision %s) names other approvers for this call (%v); %s did not approve it as they may, so it did not run",
+				a.decision.PolicyRevision, live.Approvers, approver.ID))
+		}
+	}
 	if _, refused := s.drawQuotas(ctx, rec, a); refused != nil {
 		return s.stoppedRun(ctx, pc, refused)
 	}

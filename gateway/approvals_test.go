@@ -24,6 +24,8 @@ func TestMayDecide(t *testing.T) {
 		ok   bool
 	}{
 		{"own call, even as admin and approver", p("agent-1", "admin", "approver"), pc(), false},
+		{"own call under another case", p("Agent-1", "admin", "approver"), pc(), false},
+		{"own call in fullwidth letters", p("ａｇｅｎｔ-1", "admin", "approver"), pc(), false},
 		{"any approver when none named", p("ap-1", "approver"), pc(), true},
 		{"role named", p("ap-1", "approver"), pc("role:approver"), true},
 		{"role not held", p("ap-1", "approver"), pc("role:security"), false},

@@ -35,6 +35,25 @@ func clientIP(trusted []*net.IPNet) echo.IPExtractor {
 	return echo.ExtractIPFromXFFHeader(opts...)
 }
 
+// apiCSP is the Content-Security-Policy of every answer but the
+// explorer's (which sets its own): JSON, CSV and event streams are never
+// pages, so nothing in them may run, load or be framed.
+const apiCSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+
+// noSniff marks every answer nosniff with a policy that runs nothing, so
+// no answer that echoes a caller's or an upstream's text (an unknown tool's
+// name, a receipt's args) can be sniffed or rendered as a page with script,
+// whatever its content type. The explorer's handler replaces the policy
+// with its own.
+func noSniff(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Content-Security-Policy", apiCSP)
+		return next(c)
+	}
+}
+
 // drainBody lets a client finish sending a request body the handler did not
 // read, so it reads the answer. A body over max_body_bytes is refused (413
 // too_large, with a receipt) before it is read; if the gateway then closed

@@ -236,3 +236,53 @@ func TestNoPolicyYet(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIAnswersNotSniffable: every answer outside the explorer (JSON,
+// errors before and after authentication, a 404, a tool call's answer
+// echoing the caller's HTML, the MCP endpoint) carries nosniff and a
+// Content-Security-Policy that runs nothing and frames nothing, so a
+// browser that is sent there can never render one as a page that runs
+// script; the explorer's own stricter policy is left as it is.
+func TestAPIAnswersNotSniffable(t *testing.T) {
+	t.Parallel()
+	ts, _ := testServer(t, fakePolicy{allow: true}, &memEvidence{})
+	html := `<html><script>alert(1)</script>`
+	for _, tc := range []struct {
+		name, method, path, key, body string
+	}{
+		{"no key", http.MethodGet, "/v1/receipts", "", ""},
+		{"unknown route", http.MethodGet, "/v1/" + html, agentKey, ""},
+		{"tool call echoing HTML", http.MethodPost, "/v1/tool-calls", agentKey, `{"tool":"` + html + `","input":{}}`},
+		{"tool call", http.MethodPost, "/v1/tool-calls", agentKey, `{"tool":"Count","input":{"x":"` + html + `"}}`},
+		{"openapi", http.MethodGet, "/openapi.json", "", ""},
+		{"healthz", http.MethodGet, "/healthz", "", ""},
+		{"mcp without session", http.MethodGet, "/mcp", agentKey, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			req, _ := http.NewRequest(tc.method, ts.URL+tc.path, strings.NewReader(tc.body))
+			if tc.key != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.key)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if got := resp.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+				t.Errorf("%s %s (HTTP %d, %s): X-Content-Type-Options %q, want nosniff", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Content-Type"), got)
+			}
+			if got := resp.Header.Get("Content-Security-Policy"); got != apiCSP {
+				t.Errorf("%s %s: Content-Security-Policy %q, want %q", tc.method, tc.path, got, apiCSP)
+			}
+		})
+	}
+	resp, err := http.Get(ts.URL + "/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if got := resp.Header.Get("Content-Security-Policy"); got == apiCSP || !strings.Contains(got, "script-src 'self'") {
+		t.Errorf("/ui/ Content-Security-Policy %q: the explorer's own policy must stand", got)
+	}
+}

@@ -167,7 +167,7 @@ func (m *mcpWriter) finish() {
 		msg = http.StatusText(m.status)
 	}
 	m.header.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
-	m.header.Del("X-Content-Type-Options")
+	m.header.Set("X-Content-Type-Options", "nosniff")
 	m.header.Del("Content-Length")
 	m.commit(m.status)
 	b, _ := json.Marshal(rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: &rpcError{Code: rpcInvalidRequest, Message: msg}})

@@ -209,6 +209,7 @@ func New(opts Options) *Server {
 	e.HidePort = true
 	e.HTTPErrorHandler = s.errorHandler
 	e.IPExtractor = clientIP(opts.TrustedProxies)
+	e.Use(noSniff)
 	e.Use(s.recoverer)
 	e.Use(s.drainBody)
 	e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -39,6 +40,7 @@ type conn struct {
 	// is waiting to start.
 	refreshing     sync.Mutex
 	refreshPending atomic.Bool
+	refreshedAt    time.Time // when the last refresh ended (under mu)
 	// tooLarge says the session was dropped for a message past
 	// maxMessageBytes; cleared when the next session is ready.
 	tooLarge atomic.Bool
@@ -138,10 +140,25 @@ func (c *conn) serveOnce(ctx context.Context) (time.Duration, error) {
 			// Notifications that arrive while one refresh waits to start
 			// are coalesced into it, so a server flooding list_changed
 			// costs at most one waiting and one running refresh.
+			// And a refresh starts at most once per minRefreshInterval: each
+			// one lists every tool and reads its pin from the store, which a
+			// server sending list_changed without end would otherwise keep
+			// doing back to back.
 			if !c.refreshPending.CompareAndSwap(false, true) {
 				return
 			}
 			go func() {
+				c.mu.Lock()
+				wait := time.Until(c.refreshedAt.Add(minRefreshInterval))
+				c.mu.Unlock()
+				if wait > 0 {
+					select {
+					case <-ctx.Done():
+						c.refreshPending.Store(false)
+						return
+					case <-time.After(wait):
+					}
+				}
 				c.refreshing.Lock()
 				c.refreshPending.Store(false)
 				c.refreshing.Unlock()
@@ -184,6 +201,11 @@ func (c *conn) serveOnce(ctx context.Context) (time.Duration, error) {
 func (c *conn) refresh(ctx context.Context) error {
 	c.refreshing.Lock()
 	defer c.refreshing.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.refreshedAt = time.Now()
+		c.mu.Unlock()
+	}()
 	c.mu.Lock()
 	sess := c.sess
 	c.mu.Unlock()
@@ -192,10 +214,21 @@ func (c *conn) refresh(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout())
 	defer cancel()
+	defs, err := listTools(ctx, sess)
+	if err != nil {
+		return err
+	}
+	count := map[string]int{}
+	for _, def := range defs {
+		count[def.Name]++
+	}
 	var list []*Tool
-	for def, err := range sess.Tools(ctx, nil) {
-		if err != nil {
-			return err
+	for _, def := range defs {
+		if count[def.Name] > 1 {
+			// Which definition would be served, pinned or approved is
+			// ambiguous: none is.
+			c.m.log.Warn("upstream: tool listed more than once; none of its definitions is served", "upstream", c.spec.Name, "tool", truncate(def.Name, 100))
+			continue
 		}
 		t, err := newTool(c, def)
 		if err != nil {
@@ -211,6 +244,55 @@ func (c *conn) refresh(ctx context.Context) error {
 	c.mu.Unlock()
 	c.m.bump()
 	return nil
+}
+
+// minRefreshInterval is the least time between two refreshes a server's
+// notifications/tools/list_changed start.
+const minRefreshInterval = time.Second
+
+// Bounds on one upstream's tools/list: a hostile server that pages
+// without end (or lists millions of tools) is cut off there rather than
+// filling the gateway's memory until the upstream's timeout.
+const (
+	maxUpstreamTools = 1000
+	maxToolPages     = 100
+	// maxToolListBytes bounds the definitions (as JSON) of one listing.
+	maxToolListBytes = 16 << 20
+)
+
+// listTools is every tool the upstream lists, page by page, within
+// maxUpstreamTools and maxToolPages (past either, an error: the listing is
+// not trusted in part).
+func listTools(ctx context.Context, sess *mcp.ClientSession) ([]*mcp.Tool, error) {
+	var defs []*mcp.Tool
+	size := 0
+	params := &mcp.ListToolsParams{}
+	for page := 1; ; page++ {
+		res, err := sess.ListTools(ctx, params)
+		if err != nil {
+			return nil, err
+		}
+		defs = append(defs, res.Tools...)
+		if len(defs) > maxUpstreamTools {
+			return nil, fmt.Errorf("the upstream lists more than %d tools; none is served", maxUpstreamTools)
+		}
+		for _, def := range res.Tools {
+			b, err := json.Marshal(def)
+			if err != nil {
+				return nil, fmt.Errorf("tool %q: %w", truncate(def.Name, 100), err)
+			}
+			if size += len(b); size > maxToolListBytes {
+				return nil, fmt.Errorf("the upstream's tool definitions pass %d bytes; none is served", maxToolListBytes)
+			}
+		}
+		if res.NextCursor == "" {
+			return defs, nil
+		}
+		if page >= maxToolPages {
+			return nil, fmt.Errorf("the upstream's tool list runs past %d pages; none is served", maxToolPages)
+		}
+		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
+	}
 }
 
 func (c *conn) clearTools() {

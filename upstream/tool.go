@@ -90,9 +90,18 @@ func newTool(up *conn, def *mcp.Tool) (*Tool, error) {
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
+	// The compiler's default loader reads file: URLs; a hostile upstream
+	// would name local files ($ref or $schema "file:///..."), which the
+	// gateway would read (a FIFO hangs it, a huge file fills memory, a
+	// JSON secret may be echoed in refusals). The schema is compiled as
+	// sent: only its own parts and the built-in meta-schemas resolve.
+	c.UseLoader(noLoader{})
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(params))
 	if err != nil {
 		return nil, fmt.Errorf("inputSchema: %w", err)
+	}
+	if schemaWork(doc, maxSchemaWork) > maxSchemaWork {
+		return nil, fmt.Errorf("inputSchema: checking one input would evaluate more than %d subschemas (references expanded)", maxSchemaWork)
 	}
 	loc := "urn:portcullis:upstream:" + up.spec.Name + ":" + def.Name
 	if err := c.AddResource(loc, doc); err != nil {
@@ -110,6 +119,13 @@ func newTool(up *conn, def *mcp.Tool) (*Tool, error) {
 	}
 	return &Tool{up: up, def: def, name: up.spec.Name + "." + def.Name, params: params,
 		schema: schema, digest: DefinitionDigest(def), annot: annot}, nil
+}
+
+// noLoader loads no schema from anywhere (jsonschema.URLLoader).
+type noLoader struct{}
+
+func (noLoader) Load(u string) (any, error) {
+	return nil, fmt.Errorf("an upstream's schema may only refer to its own parts and the JSON Schema meta-schemas, not %q", truncate(u, 128))
 }
 
 // DefinitionDigest is the sha256 of the canonical JSON of a tool's name,

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +135,42 @@ func TestNewToolRefusesUnservableTools(t *testing.T) {
 		if _, err := newTool(testConn("every"), def); err == nil {
 			t.Errorf("tool %q served", def.Name)
 		}
+	}
+}
+
+// TestNewToolLoadsNothingFromElsewhere: a hostile upstream's inputSchema
+// names local files by $ref or $schema (file:///etc/..., a FIFO that
+// never answers, a huge log, a JSON secret whose values a crafted schema
+// would echo in refusals). The gateway compiles the schema as sent and
+// loads nothing: such a tool is refused, whatever the file holds.
+func TestNewToolLoadsNothingFromElsewhere(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	local := filepath.Join(dir, "schema.json")
+	if err := os.WriteFile(local, []byte(`{"type":"string"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	u := "file://" + filepath.ToSlash(local)
+	for _, tc := range []struct {
+		name   string
+		schema map[string]any
+	}{
+		{"ref", map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"$ref": u}}}},
+		{"ref with pointer", map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"$ref": u + "#/type"}}}},
+		{"schema", map[string]any{"$schema": u, "type": "object"}},
+		{"http", map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"$ref": "http://127.0.0.1:1/s.json"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if tool, err := newTool(testConn("every"), &mcp.Tool{Name: "t", InputSchema: tc.schema}); err == nil {
+				t.Fatalf("a schema naming %v was compiled (served as %s): the gateway loaded it", tc.schema, tool.Name())
+			}
+		})
+	}
+	// The meta-schemas are built in and still resolve.
+	if _, err := newTool(testConn("every"), &mcp.Tool{Name: "t", InputSchema: map[string]any{
+		"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}}); err != nil {
+		t.Fatalf("a schema naming the 2020-12 meta-schema: %v", err)
 	}
 }
 

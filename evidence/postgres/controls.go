@@ -183,6 +183,8 @@ var (
 	sqlParkedForUpdate = sqlParkedByID + " FOR UPDATE"
 	sqlSettleParked    = dialect.SQL(evidence.SQLSettleParked)
 	sqlChainHead       = dialect.SQL(evidence.SQLChainHead)
+	sqlPendingParked   = dialect.SQL(evidence.SQLPendingParked)
+	sqlPruneQuotas     = dialect.SQL(evidence.SQLPruneQuotas)
 )
 
 // ParkCall stores a pending parked call.
@@ -274,4 +276,25 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 		return p, fmt.Errorf("evidence/postgres: settle approval: %w", classify(err))
 	}
 	return settled, nil
+}
+
+// PruneQuotas deletes the counters of windows that ended by endedBy.
+func (s *Store) PruneQuotas(ctx context.Context, endedBy time.Time) (int64, error) {
+	if s.ro != nil {
+		return 0, errReadOnly
+	}
+	tag, err := s.pool.Exec(ctx, sqlPruneQuotas, endedBy.Unix())
+	if err != nil {
+		return 0, fmt.Errorf("evidence/postgres: prune quotas: %w", classify(err))
+	}
+	return tag.RowsAffected(), nil
+}
+
+// PendingParked counts the principal's pending calls, up to limit.
+func (s *Store) PendingParked(ctx context.Context, principalID string, limit int) (int, error) {
+	var n int
+	if err := s.q.QueryRow(ctx, sqlPendingParked, principalID, limit).Scan(&n); err != nil {
+		return 0, fmt.Errorf("evidence/postgres: pending approvals: %w", classify(err))
+	}
+	return n, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/evidence/postgres"
+	"github.com/portcullis/portcullis/wire"
 )
 
 // appRole creates a login role with a random name in the cluster of dbURL,
@@ -127,6 +128,15 @@ func TestAppRoleLeastPrivilege(t *testing.T) {
 	}
 	if err := evidence.VerifyChain(evs); err != nil {
 		t.Fatal(err)
+	}
+
+	// Quota counters: drawn and, once their window ended, pruned.
+	now := time.Now()
+	if _, ex, err := app.ConsumeQuotas(ctx, []wire.Quota{{Key: "p/Exec", Limit: 5, WindowS: 60, Cost: 1}}, now.Add(-time.Hour)); err != nil || ex != nil {
+		t.Fatalf("ConsumeQuotas as app role: %+v, %v", ex, err)
+	}
+	if n, err := app.PruneQuotas(ctx, now); err != nil || n != 1 {
+		t.Fatalf("PruneQuotas as app role = %d, %v; want the ended window pruned", n, err)
 	}
 
 	c, err := pgx.Connect(ctx, appURL)

@@ -271,3 +271,25 @@ func (s *Store) SettleParked(ctx context.Context, st evidence.Settle) (evidence.
 	}
 	return p, nil
 }
+
+// PruneQuotas deletes the counters of windows that ended by endedBy.
+func (s *Store) PruneQuotas(ctx context.Context, endedBy time.Time) (int64, error) {
+	if s.ro != nil {
+		return 0, errReadOnly
+	}
+	res, err := s.writer.ExecContext(ctx, evidence.SQLPruneQuotas, endedBy.Unix())
+	if err != nil {
+		return 0, fmt.Errorf("evidence/sqlite: prune quotas: %w", classify(err))
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+// PendingParked counts the principal's pending calls, up to limit.
+func (s *Store) PendingParked(ctx context.Context, principalID string, limit int) (int, error) {
+	var n int
+	if err := s.q.QueryRowContext(ctx, evidence.SQLPendingParked, principalID, limit).Scan(&n); err != nil {
+		return 0, fmt.Errorf("evidence/sqlite: pending approvals: %w", classify(err))
+	}
+	return n, nil
+}

@@ -79,6 +79,23 @@ func testQuotaExact(t *testing.T, s evidence.Store) {
 	if _, ex, _ := c.ConsumeQuotas(ctx, []wire.Quota{{Key: "k", Limit: 1, WindowS: 60, Cost: 2}}, now); ex == nil {
 		t.Error("a cost above the limit was admitted")
 	}
+	// Pruning deletes the windows that ended by then, and only those.
+	windows := func() int {
+		usage, err := c.QuotaUsage(ctx, q.Key, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(usage)
+	}
+	if n := windows(); n != 2 {
+		t.Fatalf("%d windows of %s before pruning; want 2", n, q.Key)
+	}
+	if n, err := c.PruneQuotas(ctx, now.Truncate(time.Minute).Add(time.Minute-time.Second)); err != nil || n != 0 || windows() != 2 {
+		t.Fatalf("pruning before the first window ended = %d, %v; want nothing pruned", n, err)
+	}
+	if n, err := c.PruneQuotas(ctx, now.Truncate(time.Minute).Add(time.Minute)); err != nil || n < 1 || windows() != 1 {
+		t.Fatalf("pruning as the first window ended = %d, %v, %d windows left; want it pruned and the next kept", n, err, windows())
+	}
 }
 
 // testParkedExactlyOnce: of 16 settlers racing to approve one parked
@@ -147,6 +164,25 @@ func testParkedExactlyOnce(t *testing.T, s evidence.Store) {
 	pending, err := c.ParkedCalls(ctx, wire.ApprovalPending, 10)
 	if err != nil || len(pending) != 1 || pending[0].ID != expired.ID {
 		t.Errorf("ParkedCalls(pending) = %d calls, %v; want only the expired-but-unswept one", len(pending), err)
+	}
+	for _, tc := range []struct {
+		principal string
+		limit     int
+		want      int
+	}{{"agent-alpha", 10, 1}, {"agent-alpha", 1, 1}, {"Agent-Alpha", 10, 0}, {"agent-beta", 10, 0}} {
+		if n, err := c.PendingParked(ctx, tc.principal, tc.limit); err != nil || n != tc.want {
+			t.Errorf("PendingParked(%s, %d) = %d, %v; want %d", tc.principal, tc.limit, n, err, tc.want)
+		}
+	}
+	more := park(now.Add(time.Hour))
+	if n, err := c.PendingParked(ctx, "agent-alpha", 10); err != nil || n != 2 {
+		t.Errorf("PendingParked after another = %d, %v; want 2", n, err)
+	}
+	if n, err := c.PendingParked(ctx, "agent-alpha", 1); err != nil || n != 1 {
+		t.Errorf("PendingParked up to 1 = %d, %v; want 1", n, err)
+	}
+	if _, err := c.SettleParked(ctx, evidence.Settle{ID: more.ID, From: wire.ApprovalPending, To: wire.ApprovalRejected, By: "x", At: now}); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := c.ParkedCall(ctx, uuid.Must(uuid.NewV7())); !errors.Is(err, evidence.ErrApprovalNotFound) {
 		t.Errorf("unknown approval = %v, want ErrApprovalNotFound", err)

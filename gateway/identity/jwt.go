@@ -22,6 +22,8 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jws"
 	"github.com/lestrrat-go/jwx/v3/jwt"
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/portcullis/portcullis/wire"
 )
@@ -137,7 +139,7 @@ func NewJWTVerifier(ctx context.Context, cfg JWTConfig) (*JWTVerifier, error) {
 		v.algs[a] = sa
 	}
 	for _, id := range cfg.ReservedIDs {
-		v.reserved[id] = true
+		v.reserved[IDKey(id)] = true
 	}
 	if v.cfg.PrincipalClaim == "" {
 		v.cfg.PrincipalClaim = "sub"
@@ -370,7 +372,7 @@ func (v *JWTVerifier) principal(payload []byte) (wire.Principal, error) {
 		return wire.Principal{}, fail(ReasonBadClaim, "the JWT's %s claim must be a non-empty string of at most 256 printable characters", quote(v.cfg.PrincipalClaim))
 	}
 	id := v.cfg.PrincipalPrefix + sub
-	if v.reserved[id] {
+	if v.reserved[IDKey(id)] {
 		return wire.Principal{}, fail(ReasonReservedID, "the JWT names principal %s, which is configured for API key or certificate authentication; a token cannot act as it (set auth.jwt.principal_prefix)", quote(id))
 	}
 	return wire.Principal{
@@ -493,13 +495,25 @@ func (v *JWTVerifier) roles(claims map[string]any) []string {
 // UTF-8 without control characters, so an id cannot forge log lines or
 // evidence columns.
 func validID(s string) bool {
-	if s == "" || len(s) > 256 || !utf8.ValidString(s) {
-		return false
+	if s == "" || len(s) > 256 || !utf8.ValidString(s) || strings.TrimSpace(s) != s {
+		return false // nor leading or trailing spaces, which nobody sees
 	}
 	for _, r := range s {
-		if unicode.IsControl(r) {
+		// Printable only (letters, marks, numbers, punctuation, symbols,
+		// ASCII space): no controls, and no format or odd space
+		// characters (zero-width, bidi overrides, no-break spaces) that
+		// would show an id as another one in receipts and the explorer.
+		if !unicode.IsPrint(r) {
 			return false
 		}
 	}
 	return true
+}
+
+// IDKey is an id as compared where two ids must not pass for one another
+// (a token's with the configured principals', an approver's with the
+// caller's, configured ids with each other): NFKC normalised and case
+// folded, so "Agent-1" or fullwidth letters are the id "agent-1".
+func IDKey(s string) string {
+	return cases.Fold().String(norm.NFKC.String(s))
 }

@@ -289,6 +289,14 @@ func TestJWTRefusals(t *testing.T) {
 		{"sub not a string", rs.sign(t, with(func(c map[string]any) { c["sub"] = 42 }), nil), ReasonBadClaim},
 		{"sub with a newline", rs.sign(t, with(func(c map[string]any) { c["sub"] = "alice\nadmin" }), nil), ReasonBadClaim},
 		{"names a configured principal", rs.sign(t, with(func(c map[string]any) { c["sub"] = "agent-alpha" }), nil), ReasonReservedID},
+		// Ids a person reading a receipt or the approvals page cannot tell
+		// from a configured principal's are that principal's too.
+		{"a configured principal in another case", rs.sign(t, with(func(c map[string]any) { c["sub"] = "Agent-Alpha" }), nil), ReasonReservedID},
+		{"a configured principal in fullwidth letters", rs.sign(t, with(func(c map[string]any) { c["sub"] = "ａｇｅｎｔ-alpha" }), nil), ReasonReservedID},
+		{"a configured principal with a zero-width space", rs.sign(t, with(func(c map[string]any) { c["sub"] = "agent-alpha\u200b" }), nil), ReasonBadClaim},
+		{"sub with a right-to-left override", rs.sign(t, with(func(c map[string]any) { c["sub"] = "\u202eahpla-tnega" }), nil), ReasonBadClaim},
+		{"a configured principal with a trailing space", rs.sign(t, with(func(c map[string]any) { c["sub"] = "agent-alpha " }), nil), ReasonBadClaim},
+		{"sub with a no-break space", rs.sign(t, with(func(c map[string]any) { c["sub"] = "agent\u00a0alpha" }), nil), ReasonBadClaim},
 		{"alg none", none, ReasonAlgNotAllowed},
 		{"alg none, no signature dot", strings.TrimSuffix(none, "."), ""},
 		{"HS256 with the public key as PEM", confusion[0], ReasonAlgNotAllowed},

@@ -799,10 +799,10 @@ func (c *Config) validatePrincipals(p *problems) {
 		key := fmt.Sprintf("principals[%d]", i)
 		if pr.ID == "" {
 			p.bad(key+".id", "must not be empty")
-		} else if ids[pr.ID] {
-			p.bad(key+".id", "duplicate principal %q", pr.ID)
+		} else if ids[identity.IDKey(pr.ID)] {
+			p.bad(key+".id", "duplicate principal %q (ids that differ only in case or Unicode form are one id)", pr.ID)
 		}
-		ids[pr.ID] = true
+		ids[identity.IDKey(pr.ID)] = true
 		if len(pr.Roles) == 0 {
 			p.bad(key+".roles", "want at least one of agent, auditor, admin, approver")
 		}

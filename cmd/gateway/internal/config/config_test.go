@@ -103,6 +103,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"bad duration", "policy: {poll_interval: soon}\n", nil, "poll_interval"},
 		{"bad role", "principals:\n  - id: a\n    roles: [root]\n    api_key_sha256: " + goodHash + "\n", nil, "principals[0].roles[0]"},
 		{"short hash", "principals:\n  - id: a\n    roles: [agent]\n    api_key_sha256: abc\n", nil, "principals[0].api_key_sha256"},
+		{"duplicate id in another case", p("  - id: A\n    roles: [agent]\n    api_key_sha256: " + strings.Repeat("0", 64) + "\n"), nil, "principals[1].id"},
 		{"duplicate id", p("  - id: a\n    roles: [agent]\n    api_key_sha256: " + strings.Repeat("0", 64) + "\n"), nil, "principals[1].id"},
 		{"duplicate key", p("  - id: b\n    roles: [agent]\n    api_key_sha256: " + goodHash + "\n"), nil, "principals[1].api_key_sha256"},
 		{"missing roles", "principals:\n  - id: a\n    api_key_sha256: " + goodHash + "\n", nil, "principals[0].roles"},
