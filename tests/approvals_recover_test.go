@@ -27,6 +27,16 @@ func startedCount(t *testing.T, file string) int {
 	return lineCount(t, file, "started")
 }
 
+// awaitStarted waits until the slow call of file has started.
+func awaitStarted(t *testing.T, file string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); startedCount(t, file) == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the approved call never started")
+		}
+	}
+}
+
 // approveAndKill parks a slow call on g, approves it there (the approving
 // gateway runs it), waits until it runs, calls before (with the receipt id)
 // and SIGKILLs g mid-run. It returns the approval id and the receipt id.
@@ -38,11 +48,7 @@ func approveAndKill(t *testing.T, d *deployment, g *gateway, file string, before
 		_, _ = g.tryDo(context.Background(), http.MethodPost, "/v1/approvals/"+a.Approval.ID, "Bearer "+d.keys[approver1],
 			map[string]string{"decision": "approve", "reason": "runs, then its gateway dies"})
 	}()
-	for deadline := time.Now().Add(30 * time.Second); startedCount(t, file) == 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the approved call never started")
-		}
-	}
+	awaitStarted(t, file)
 	if before != nil {
 		before(res.ReceiptID)
 	}
@@ -118,10 +124,7 @@ func awaitInterrupted(t *testing.T, d *deployment, g *gateway, receipt, file str
 // replica ends the call interrupted, with evidence, and never runs it.
 func TestApprovalRunnerDiesReplica(t *testing.T) {
 	t.Parallel()
-	d1 := newDeployment(t, storePostgres)
-	requireApproval(t, d1, 300, agentFull)
-	d2 := mpSecondInstance(t, d1)
-	g1, g2 := d1.start(t), d2.start(t)
+	d1, g1, g2 := approvalReplicas(t)
 	file := filepath.Join(d1.scratch, "slow-run")
 	_, receipt := approveAndKill(t, d1, g1, file, func(receipt string) {
 		// Longer than two recovery looks of g2: a live runner's claim is
@@ -156,11 +159,7 @@ func TestApprovalRunnerDiesRestart(t *testing.T) {
 // and the call ends with its own outcome, recorded once.
 func TestApprovalRunnerLosesClaimConnection(t *testing.T) {
 	t.Parallel()
-	d1 := newDeployment(t, storePostgres)
-	requireApproval(t, d1, 300, agentFull)
-	d2 := mpSecondInstance(t, d1)
-	g1, g2 := d1.start(t), d2.start(t)
-	_ = g2 // its recovery looks run every 5 s while the call runs
+	d1, g1, _ := approvalReplicas(t) // the second one's recovery looks run every 5 s while the call runs
 	file := filepath.Join(d1.scratch, "slow-run")
 	res, a := park(t, g1, d1.keys[agentFull], slowTouchCall(file))
 	answered := make(chan response, 1)
@@ -172,11 +171,7 @@ func TestApprovalRunnerLosesClaimConnection(t *testing.T) {
 		}
 		answered <- r
 	}()
-	for deadline := time.Now().Add(30 * time.Second); startedCount(t, file) == 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the approved call never started")
-		}
-	}
+	awaitStarted(t, file)
 	const claimLocks = `FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 	if n := pgQueryInt(t, d1.dbURL, "SELECT count(pg_terminate_backend(pid)) "+claimLocks); n != 1 {

@@ -86,6 +86,16 @@ func lineCount(t *testing.T, file, line string) int {
 	return strings.Count(string(b), line+"\n")
 }
 
+// approvalReplicas starts two gateways on one PostgreSQL database whose
+// policy parks agentFull's calls for approval (300 s); d1 holds the keys.
+func approvalReplicas(t *testing.T) (*deployment, *gateway, *gateway) {
+	t.Helper()
+	d1 := newDeployment(t, storePostgres)
+	requireApproval(t, d1, 300, agentFull)
+	d2 := mpSecondInstance(t, d1)
+	return d1, d1.start(t), d2.start(t)
+}
+
 // park makes a call that must be parked and returns its answer.
 func park(t *testing.T, g *gateway, key string, body any) (*toolCallResult, approvalAnswer) {
 	t.Helper()
@@ -317,10 +327,7 @@ func TestApprovals(t *testing.T) {
 // exactly once, and the loser is told it was already settled.
 func TestApprovalRacingReplicas(t *testing.T) {
 	t.Parallel()
-	d1 := newDeployment(t, storePostgres)
-	requireApproval(t, d1, 300, agentFull)
-	d2 := mpSecondInstance(t, d1)
-	g1, g2 := d1.start(t), d2.start(t)
+	d1, g1, g2 := approvalReplicas(t)
 	for round := range 3 {
 		file := filepath.Join(d1.scratch, "race-"+uuid.NewString())
 		_, a := park(t, g1, d1.keys[agentFull], touchCall(file))

@@ -100,6 +100,23 @@ func serveTLS(t *testing.T, tf *TLSFiles) string {
 	return "https://" + ln.Addr().String()
 }
 
+// mtlsFiles serves a certificate of serverCA with client CAs caPEM (the
+// file, caFile, is rewritten by tests to rotate them), reloaded on demand.
+func mtlsFiles(t *testing.T, serverCA *testCA, caPEM []byte) (*TLSFiles, string) {
+	t.Helper()
+	dir := t.TempDir()
+	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.pem")
+	sc, sk := serverCA.issue(t, nil)
+	write(t, certFile, sc, 0o644)
+	write(t, keyFile, sk, 0o600)
+	write(t, caFile, caPEM, 0o644)
+	tf, err := NewTLSFiles(TLSOptions{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile, ReloadInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tf, caFile
+}
+
 // client presents certs[0], if given, whatever CAs the server asks for (as
 // an attacker would: Go's own client withholds a certificate the server's
 // CA list does not name).
@@ -212,16 +229,7 @@ func TestTLSReload(t *testing.T) {
 func TestMTLS(t *testing.T) {
 	t.Parallel()
 	serverCA, clientCA, otherCA := newTestCA(t, "server CA"), newTestCA(t, "client CA"), newTestCA(t, "other CA")
-	dir := t.TempDir()
-	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.pem")
-	sc, sk := serverCA.issue(t, nil)
-	write(t, certFile, sc, 0o644)
-	write(t, keyFile, sk, 0o600)
-	write(t, caFile, clientCA.pem, 0o644)
-	tf, err := NewTLSFiles(TLSOptions{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile, ReloadInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tf, caFile := mtlsFiles(t, serverCA, clientCA.pem)
 	base := serveTLS(t, tf)
 	roots := x509.NewCertPool()
 	roots.AddCert(serverCA.cert)
@@ -342,16 +350,7 @@ func TestCertMapper(t *testing.T) {
 func TestMTLSNoResumptionAcrossCARotation(t *testing.T) {
 	t.Parallel()
 	serverCA, oldCA, newCA := newTestCA(t, "server CA"), newTestCA(t, "old client CA"), newTestCA(t, "new client CA")
-	dir := t.TempDir()
-	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.pem")
-	sc, sk := serverCA.issue(t, nil)
-	write(t, certFile, sc, 0o644)
-	write(t, keyFile, sk, 0o600)
-	write(t, caFile, oldCA.pem, 0o644)
-	tf, err := NewTLSFiles(TLSOptions{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile, ReloadInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tf, caFile := mtlsFiles(t, serverCA, oldCA.pem)
 	base := serveTLS(t, tf)
 	roots := x509.NewCertPool()
 	roots.AddCert(serverCA.cert)
@@ -389,16 +388,7 @@ func TestMTLSNoResumptionAcrossCARotation(t *testing.T) {
 func TestTrustsClientCA(t *testing.T) {
 	t.Parallel()
 	serverCA, oldCA, newCA := newTestCA(t, "server CA"), newTestCA(t, "old client CA"), newTestCA(t, "new client CA")
-	dir := t.TempDir()
-	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.pem")
-	sc, sk := serverCA.issue(t, nil)
-	write(t, certFile, sc, 0o644)
-	write(t, keyFile, sk, 0o600)
-	write(t, caFile, oldCA.pem, 0o644)
-	tf, err := NewTLSFiles(TLSOptions{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile, ReloadInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tf, caFile := mtlsFiles(t, serverCA, oldCA.pem)
 	steps := []struct {
 		file     []byte
 		old, new bool
