@@ -3,6 +3,7 @@ package bwrap
 import (
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -256,4 +257,50 @@ func kvName(kv string) string {
 		}
 	}
 	return kv
+}
+
+// bwrapOperands says, for each bwrap option args uses, how many operands
+// follow it and which of them are host-side paths bwrap resolves (a source,
+// or a destination it may create inside a bound tree). Symlink targets,
+// descriptors, numbers and names are not paths.
+var bwrapOperands = map[string][]bool{
+	"--die-with-parent": {}, "--new-session": {}, "--unshare-user": {}, "--disable-userns": {},
+	"--unshare-pid": {}, "--unshare-ipc": {}, "--unshare-uts": {}, "--unshare-cgroup-try": {},
+	"--unshare-net": {}, "--unshare-all": {},
+	"--uid": {false}, "--gid": {false}, "--cap-drop": {false}, "--hostname": {false},
+	"--perms": {false}, "--seccomp": {false}, "--json-status-fd": {false}, "--block-fd": {false},
+	"--tmpfs": {true}, "--proc": {true}, "--dev": {true}, "--remount-ro": {true}, "--chdir": {true},
+	"--bind": {true, true}, "--ro-bind": {true, true}, "--ro-bind-try": {true, true},
+	"--symlink": {false, true}, "--ro-bind-fd": {false, true}, "--ro-bind-data": {false, true},
+	"--file": {false, true},
+}
+
+// hostPaths lists the paths bwrap resolves for the options of argv (args'
+// output, up to "--"): what a program writing in a tree strictly above one
+// of them could change while bwrap sets the sandbox up (freeze_linux.go).
+// ok is false for an option it does not know or a path that is not clean
+// and absolute: the caller then holds every writer of the searched trees.
+func hostPaths(argv []string) (paths []string, ok bool) {
+	for i := 0; i < len(argv); i++ {
+		opt := argv[i]
+		if opt == "--" {
+			return paths, true
+		}
+		ops, known := bwrapOperands[opt]
+		if !known || i+len(ops) >= len(argv) {
+			return nil, false
+		}
+		for j, isPath := range ops {
+			v := argv[i+1+j]
+			if !isPath {
+				continue
+			}
+			if !filepath.IsAbs(v) || filepath.Clean(v) != v {
+				return nil, false
+			}
+			paths = append(paths, v)
+		}
+		i += len(ops)
+	}
+	return nil, false // no "--": not args' output
 }
