@@ -145,7 +145,19 @@ func (l layout) args(p sandbox.Profile, f fds, argv []string, roFiles ...string)
 	if p.Home != "" {
 		a = append(a, "--tmpfs", p.Home)
 	}
+	// Destinations mounted since the system binds: a read-only grant equal
+	// to a system bind is skipped only when none of them lies below it.
+	since := []string{"/etc", "/proc", "/dev", "/tmp", "/var/tmp"}
+	if p.Home != "" {
+		since = append(since, p.Home)
+	}
 	for _, g := range grantMounts(p) {
+		if !g.rw && l.systemBind(g.path) && !slices.ContainsFunc(since, func(d string) bool { return sandbox.Within(d, g.path) }) {
+			// Already bound read-only above and nothing mounted since
+			// lies below it: the same bind again would change nothing
+			// (the shipped library grants /usr for reading).
+			continue
+		}
 		if g.rw {
 			a = append(a, "--bind", g.path, g.path)
 		} else {
@@ -193,6 +205,17 @@ func (l layout) args(p sandbox.Profile, f fds, argv []string, roFiles ...string)
 	}
 	a = append(a, "--")
 	return append(a, argv...)
+}
+
+// systemBind reports whether path is one of the layout's read-only
+// system binds (a directory, not a merged-/usr symlink).
+func (l layout) systemBind(path string) bool {
+	for _, m := range l.mounts {
+		if m.symlink == "" && m.path == path {
+			return true
+		}
+	}
+	return false
 }
 
 type grantMount struct {

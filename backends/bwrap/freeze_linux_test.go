@@ -119,3 +119,40 @@ func TestFreezerHolds(t *testing.T) {
 		})
 	}
 }
+
+// TestArgsSystemGrant: a read-only grant of a directory the layout binds
+// read-only already is not bound twice, unless something mounted since
+// lies below it (then the grant's bind must cover it, as before); a
+// read-write grant of it is always bound.
+func TestArgsSystemGrant(t *testing.T) {
+	t.Parallel()
+	count := func(argv []string, opt, path string) (n int) {
+		for i := 0; i+2 < len(argv); i++ {
+			if argv[i] == opt && argv[i+1] == path && argv[i+2] == path {
+				n++
+			}
+		}
+		return n
+	}
+	f := fds{seccomp: 4, status: 5, passwd: 6, group: 7, hosts: 8, block: 9, sync: -1}
+	for _, tt := range []struct {
+		name     string
+		p        sandbox.Profile
+		opt      string
+		path     string
+		wantBind int
+	}{
+		{"ro /usr once", sandbox.Profile{ReadOnly: []string{"/usr"}, Home: "/tmp/h"}, "--ro-bind", "/usr", 1},
+		{"rw /usr bound", sandbox.Profile{ReadWrite: []string{"/usr"}, Home: "/tmp/h"}, "--bind", "/usr", 1},
+		{"home below /usr: bound again", sandbox.Profile{ReadOnly: []string{"/usr"}, Home: "/usr/tmp/h"}, "--ro-bind", "/usr", 2},
+		{"ro /usr/share kept", sandbox.Profile{ReadOnly: []string{"/usr/share"}, Home: "/tmp/h"}, "--ro-bind", "/usr/share", 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			argv := goldenLayout.args(tt.p, f, []string{"/bin/true"})
+			if n := count(argv, tt.opt, tt.path); n != tt.wantBind {
+				t.Errorf("%s %s bound %d times, want %d: %q", tt.opt, tt.path, n, tt.wantBind, argv)
+			}
+		})
+	}
+}
