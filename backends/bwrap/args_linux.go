@@ -3,6 +3,7 @@ package bwrap
 import (
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -144,7 +145,19 @@ func (l layout) args(p sandbox.Profile, f fds, argv []string, roFiles ...string)
 	if p.Home != "" {
 		a = append(a, "--tmpfs", p.Home)
 	}
+	// Destinations mounted since the system binds: a read-only grant equal
+	// to a system bind is skipped only when none of them lies below it.
+	since := []string{"/etc", "/proc", "/dev", "/tmp", "/var/tmp"}
+	if p.Home != "" {
+		since = append(since, p.Home)
+	}
 	for _, g := range grantMounts(p) {
+		if !g.rw && l.systemBind(g.path) && !slices.ContainsFunc(since, func(d string) bool { return sandbox.Within(d, g.path) }) {
+			// Already bound read-only above and nothing mounted since
+			// lies below it: the same bind again would change nothing
+			// (the shipped library grants /usr for reading).
+			continue
+		}
 		if g.rw {
 			a = append(a, "--bind", g.path, g.path)
 		} else {
@@ -192,6 +205,17 @@ func (l layout) args(p sandbox.Profile, f fds, argv []string, roFiles ...string)
 	}
 	a = append(a, "--")
 	return append(a, argv...)
+}
+
+// systemBind reports whether path is one of the layout's read-only
+// system binds (a directory, not a merged-/usr symlink).
+func (l layout) systemBind(path string) bool {
+	for _, m := range l.mounts {
+		if m.symlink == "" && m.path == path {
+			return true
+		}
+	}
+	return false
 }
 
 type grantMount struct {
@@ -256,4 +280,50 @@ func kvName(kv string) string {
 		}
 	}
 	return kv
+}
+
+// bwrapOperands says, for each bwrap option args uses, how many operands
+// follow it and which of them are host-side paths bwrap resolves (a source,
+// or a destination it may create inside a bound tree). Symlink targets,
+// descriptors, numbers and names are not paths.
+var bwrapOperands = map[string][]bool{
+	"--die-with-parent": {}, "--new-session": {}, "--unshare-user": {}, "--disable-userns": {},
+	"--unshare-pid": {}, "--unshare-ipc": {}, "--unshare-uts": {}, "--unshare-cgroup-try": {},
+	"--unshare-net": {}, "--unshare-all": {},
+	"--uid": {false}, "--gid": {false}, "--cap-drop": {false}, "--hostname": {false},
+	"--perms": {false}, "--seccomp": {false}, "--json-status-fd": {false}, "--block-fd": {false},
+	"--tmpfs": {true}, "--proc": {true}, "--dev": {true}, "--remount-ro": {true}, "--chdir": {true},
+	"--bind": {true, true}, "--ro-bind": {true, true}, "--ro-bind-try": {true, true},
+	"--symlink": {false, true}, "--ro-bind-fd": {false, true}, "--ro-bind-data": {false, true},
+	"--file": {false, true},
+}
+
+// hostPaths lists the paths bwrap resolves for the options of argv (args'
+// output, up to "--"): what a program writing in a tree strictly above one
+// of them could change while bwrap sets the sandbox up (freeze_linux.go).
+// ok is false for an option it does not know or a path that is not clean
+// and absolute: the caller then holds every writer of the searched trees.
+func hostPaths(argv []string) (paths []string, ok bool) {
+	for i := 0; i < len(argv); i++ {
+		opt := argv[i]
+		if opt == "--" {
+			return paths, true
+		}
+		ops, known := bwrapOperands[opt]
+		if !known || i+len(ops) >= len(argv) {
+			return nil, false
+		}
+		for j, isPath := range ops {
+			v := argv[i+1+j]
+			if !isPath {
+				continue
+			}
+			if !filepath.IsAbs(v) || filepath.Clean(v) != v {
+				return nil, false
+			}
+			paths = append(paths, v)
+		}
+		i += len(ops)
+	}
+	return nil, false // no "--": not args' output
 }

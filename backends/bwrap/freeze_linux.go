@@ -10,20 +10,33 @@ import (
 	"github.com/portcullis/portcullis/backends/sandbox"
 )
 
-// While bwrap builds a sandbox it resolves every mount destination by path,
-// and creates a missing one with stat then creat(2), which truncates. A
-// program in another sandbox with write access to the same tree, renaming
-// directories in a loop, can therefore move a masked secret (or a guarded
-// file) into a path between bwrap's stat and its creat, and have bwrap
-// truncate it; or leave mount points behind. The masks' check (Window.Verify)
-// keeps such a sandbox from running, but cannot undo a truncation.
+// While bwrap builds a sandbox it resolves every mount source and
+// destination by path, and creates a missing destination with stat then
+// creat(2), which truncates. A program in another sandbox with write access
+// to a directory on such a path, renaming directories in a loop, can
+// therefore move a masked secret (or a guarded file) into a path between
+// bwrap's stat and its creat, and have bwrap truncate it; or leave mount
+// points behind; or swap a bind's source for a symlink. The masks' check
+// (Window.Verify) keeps such a sandbox from running, but cannot undo a
+// truncation.
 //
 // So the runner stops (SIGSTOP) every running program of its own calls that
-// could write to a tree the new sandbox searches, from before the profile is
-// computed until the sandbox's mounts are verified (a few milliseconds), and
-// continues them (SIGCONT) afterwards. A call released while another's setup
-// holds its tree starts stopped. Only calls with a pids cgroup can be
-// enumerated; others are not stopped (docs/sandbox.md).
+// could change a path the new sandbox's bwrap resolves, until the sandbox's
+// mounts are verified (a few milliseconds), and continues them (SIGCONT)
+// afterwards. A call released while another's setup holds it starts
+// stopped. Only calls with a pids cgroup can be enumerated; others are not
+// stopped (docs/sandbox.md).
+//
+// A running program can change a path when one of its read-write grants
+// lies strictly above it: it can rename the path, or a directory on its
+// way, but not the grant's own mount point. A setup holds such programs
+// for every path bwrap will resolve (setupHold.paths, the sources and
+// destinations of the final argv: extend), and, from before its profile is
+// computed, every program whose read-write grant overlaps a tree it
+// searches when that tree may hold something the profile masks or binds
+// read-only (setupHold.roots). A sandbox whose mounts all lie outside
+// every other call's writable trees (a project grant with no secret-shaped
+// or guarded entry, say) stops nobody: its bwrap creates nothing in them.
 
 // freezer tracks the runner's running calls and the setups in progress.
 type freezer struct {
@@ -42,8 +55,12 @@ type runningCall struct {
 
 // setupHold is a setup in progress and the calls it holds stopped.
 type setupHold struct {
-	f     *freezer
+	f *freezer
+	// roots: a running call whose read-write grant overlaps one is held.
 	roots []string
+	// paths are host paths bwrap resolves: a running call that may write
+	// a directory strictly above one is held.
+	paths []string
 	held  []*runningCall
 	done  bool
 }
@@ -63,23 +80,76 @@ func overlaps(a, b []string) bool {
 	return false
 }
 
+// above reports whether some path lies strictly below one of dirs: a
+// program that may write in dirs can rename it or a directory on its way.
+func above(dirs, paths []string) bool {
+	for _, d := range dirs {
+		for _, p := range paths {
+			if p != d && sandbox.Within(p, d) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // begin stops the running calls that could write to roots, and keeps any
 // call released meanwhile stopped, until end.
-func (f *freezer) begin(roots []string) *setupHold {
-	s := &setupHold{f: f, roots: roots}
+func (f *freezer) begin(roots []string) *setupHold { return f.beginHold(roots, nil) }
+
+// beginHold stops the running calls that could write to roots or change
+// paths (setupHold), and keeps any call released meanwhile that could
+// stopped, until end. extend adds paths.
+func (f *freezer) beginHold(roots, paths []string) *setupHold {
+	s := &setupHold{f: f, roots: roots, paths: paths}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(roots) == 0 {
-		s.done = true
-		return s
-	}
 	f.setups[s] = struct{}{}
 	for rc := range f.running {
-		if overlaps(rc.rw, roots) {
+		if s.holds(rc.rw) {
 			s.hold(rc)
 		}
 	}
 	return s
+}
+
+// holds reports whether this setup must stop a call that may write rw.
+func (s *setupHold) holds(rw []string) bool {
+	return overlaps(rw, s.roots) || above(rw, s.paths)
+}
+
+// extend holds, from now on, the running calls that could change paths
+// too: called with every path bwrap will resolve, before it starts.
+func (s *setupHold) extend(paths []string) {
+	f := s.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s.done {
+		return
+	}
+	s.paths = append(s.paths, paths...)
+	for rc := range f.running {
+		if !slices.Contains(s.held, rc) && above(rc.rw, paths) {
+			s.hold(rc)
+		}
+	}
+}
+
+// extendRoots is extend for trees: the running calls whose read-write
+// grants overlap roots are held from now on.
+func (s *setupHold) extendRoots(roots []string) {
+	f := s.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s.done {
+		return
+	}
+	s.roots = append(s.roots, roots...)
+	for rc := range f.running {
+		if !slices.Contains(s.held, rc) && overlaps(rc.rw, roots) {
+			s.hold(rc)
+		}
+	}
 }
 
 func (s *setupHold) hold(rc *runningCall) {
@@ -132,7 +202,7 @@ func (s *setupHold) release(rw []string, cg *cgroup.Call, pid int) *runningCall 
 	rc := &runningCall{rw: rw, cg: cg}
 	f.running[rc] = struct{}{}
 	for other := range f.setups {
-		if overlaps(rw, other.roots) {
+		if other.holds(rw) {
 			other.held = append(other.held, rc)
 			rc.holds++
 		}
@@ -163,6 +233,9 @@ func (f *freezer) unregister(rc *runningCall) {
 // would let one slow task hold every other call's setup.
 func stopAll(cg *cgroup.Call) []int {
 	var stopped []int
+	if cg == nil {
+		return nil // not enumerable (only the freezer's own tests make one)
+	}
 	for range 8 {
 		pids, err := cg.Pids()
 		if err != nil {

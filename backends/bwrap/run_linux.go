@@ -94,16 +94,26 @@ func (r *Runner) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, er
 // this sandbox (ErrTreeChanged). After the run, the autorun guard moves
 // aside what the program planted.
 func (r *Runner) runOnce(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
-	// The running programs of other calls that could write to the trees
-	// this sandbox searches are stopped until its mounts are verified
-	// (freeze_linux.go).
-	hold := r.frz.begin(sandbox.ScanRoots(spec.Scope.FSGrants, r.opts.Profile.SkipScan))
+	// The running programs of other calls that could change a path this
+	// sandbox's bwrap resolves are stopped until its mounts are verified
+	// (freeze_linux.go): from before the profile is computed, those that
+	// could write to the trees it searches when these may hold something
+	// to mask or bind read-only, else those that could move a grant; and,
+	// once the argv is built (launch), those that could change any path in
+	// it.
+	roots := sandbox.ScanRoots(spec.Scope.FSGrants, r.opts.Profile.SkipScan)
+	var hold *setupHold
+	if r.cache.MayMask(spec) {
+		hold = r.frz.beginHold(roots, nil)
+	} else {
+		hold = r.frz.beginHold(nil, grantPaths(spec.Scope.FSGrants))
+	}
 	defer hold.end()
 	prof, win, err := r.cache.Build(spec)
 	if err != nil {
 		return sandbox.Result{}, fmt.Errorf("bwrap: %w", err)
 	}
-	c := &bwrapCall{spec: spec, prof: prof, win: win, hold: hold}
+	c := &bwrapCall{spec: spec, prof: prof, win: win, hold: hold, roots: roots}
 	defer func() {
 		if !c.released {
 			win.Close()
@@ -189,6 +199,8 @@ type bwrapCall struct {
 	prof sandbox.Profile
 	win  *sandbox.Window
 	hold *setupHold
+	// roots are the trees the profile searched.
+	roots []string
 	// released: the program may have run, so the window's autorun guard
 	// has finished (and closed) it.
 	released bool
@@ -318,6 +330,13 @@ func (r *Runner) launch(ctx context.Context, c *bwrapCall) (sandbox.Result, erro
 	}
 	if c.net != nil {
 		launch.OnThread = c.net.enter
+	}
+	// Before bwrap starts: hold every running call that could change a
+	// path it resolves (freeze_linux.go).
+	if paths, ok := hostPaths(launch.Argv[1:]); ok {
+		c.hold.extend(paths)
+	} else {
+		c.hold.extendRoots(c.roots)
 	}
 
 	st := &statusReader{cg: c.cg, block: c.blockW, limits: c.limits}
@@ -552,4 +571,13 @@ func (o *openFiles) closeAll() {
 	for _, f := range o.fs {
 		_ = f.Close()
 	}
+}
+
+// grantPaths are the grants' paths: bind sources bwrap resolves.
+func grantPaths(grants []wire.FSGrant) []string {
+	out := make([]string, 0, len(grants))
+	for _, g := range grants {
+		out = append(out, g.Path)
+	}
+	return out
 }

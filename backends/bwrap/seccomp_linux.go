@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"sync"
 
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -131,7 +132,13 @@ func seccompProgram() ([]bpf.Instruction, error) {
 
 // seccompFilter returns the filter as the struct sock_filter array bwrap
 // reads from its --seccomp fd (native byte order).
-func seccompFilter() ([]byte, error) {
+func seccompFilter() ([]byte, error) { return seccompOnce() }
+
+// seccompOnce assembles the filter once: it depends only on the
+// architecture. Callers only read the bytes.
+var seccompOnce = sync.OnceValues(assembleSeccomp)
+
+func assembleSeccomp() ([]byte, error) {
 	prog, err := seccompProgram()
 	if err != nil {
 		return nil, err

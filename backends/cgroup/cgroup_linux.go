@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -162,7 +163,7 @@ func (p *Parent) NewCallLimits(l Limits) (*Call, error) {
 		}
 	}
 	c := &Call{dir: dir}
-	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(l.Pids)), 0); err != nil {
+	if err := writeFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(l.Pids))); err != nil {
 		c.Remove()
 		return nil, fmt.Errorf("cgroup: setting pids.max: %w", err)
 	}
@@ -181,15 +182,15 @@ func (p *Parent) limitMemory(c *Call, name string, max int64) error {
 	v := []byte(strconv.FormatInt(max, 10))
 	if p.memV2 {
 		c.mem = c.dir
-		if err := os.WriteFile(filepath.Join(c.mem, "memory.max"), v, 0); err != nil {
+		if err := writeFile(filepath.Join(c.mem, "memory.max"), v); err != nil {
 			return fmt.Errorf("cgroup: setting memory.max: %w", err)
 		}
 		// Swap would let the call use more than max; best effort where
 		// swap is not accounted (no memory.swap.max) or off.
-		_ = os.WriteFile(filepath.Join(c.mem, "memory.swap.max"), []byte("0"), 0)
+		_ = writeFile(filepath.Join(c.mem, "memory.swap.max"), []byte("0"))
 		// Kill the whole call when one task hits the limit: a half-killed
 		// call is harder to read than an OOM-killed one.
-		_ = os.WriteFile(filepath.Join(c.mem, "memory.oom.group"), []byte("1"), 0)
+		_ = writeFile(filepath.Join(c.mem, "memory.oom.group"), []byte("1"))
 		return c.checkMemory("memory.max", max)
 	}
 	mem := filepath.Join(p.mem, name)
@@ -197,13 +198,13 @@ func (p *Parent) limitMemory(c *Call, name string, max int64) error {
 		return fmt.Errorf("cgroup: creating the call's memory cgroup: %w", err)
 	}
 	c.mem = mem
-	if err := os.WriteFile(filepath.Join(mem, "memory.limit_in_bytes"), v, 0); err != nil {
+	if err := writeFile(filepath.Join(mem, "memory.limit_in_bytes"), v); err != nil {
 		return fmt.Errorf("cgroup: setting memory.limit_in_bytes: %w", err)
 	}
 	// memory+swap, where swap is accounted (memsw exists only then); it
 	// must not be below limit_in_bytes, which it now equals.
 	if _, err := os.Stat(filepath.Join(mem, "memory.memsw.limit_in_bytes")); err == nil {
-		if err := os.WriteFile(filepath.Join(mem, "memory.memsw.limit_in_bytes"), v, 0); err != nil {
+		if err := writeFile(filepath.Join(mem, "memory.memsw.limit_in_bytes"), v); err != nil {
 			return fmt.Errorf("cgroup: setting memory.memsw.limit_in_bytes: %w", err)
 		}
 	}
@@ -213,7 +214,7 @@ func (p *Parent) limitMemory(c *Call, name string, max int64) error {
 // checkMemory reads the limit back: the kernel rounds it down to whole
 // pages, and anything else means it did not take.
 func (c *Call) checkMemory(file string, want int64) error {
-	b, err := os.ReadFile(filepath.Join(c.mem, file))
+	b, err := readFile(filepath.Join(c.mem, file))
 	if err != nil {
 		return fmt.Errorf("cgroup: reading %s back: %w", file, err)
 	}
@@ -243,7 +244,7 @@ func callName() string {
 // has its own); children it forks afterwards follow.
 func (c *Call) Add(pid int) error {
 	for _, procs := range c.ProcsPaths() {
-		if err := os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0); err != nil {
+		if err := writeFile(procs, []byte(strconv.Itoa(pid))); err != nil {
 			return fmt.Errorf("cgroup: moving pid %d into %s: %w", pid, filepath.Dir(procs), err)
 		}
 	}
@@ -296,13 +297,7 @@ func (c *Call) KillAll(ctx context.Context) error {
 
 // writeKill uses cgroup v2's cgroup.kill; false when there is none.
 func (c *Call) writeKill() bool {
-	f, err := os.OpenFile(filepath.Join(c.dir, "cgroup.kill"), os.O_WRONLY, 0)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	_, err = f.Write([]byte("1"))
-	return err == nil
+	return writeFile(filepath.Join(c.dir, "cgroup.kill"), []byte("1")) == nil
 }
 
 // killListed kills pids through pidfds opened before a second read of
@@ -342,7 +337,7 @@ func (c *Call) Pids() ([]int, error) { return c.pids() }
 
 // pids lists the cgroup's processes.
 func (c *Call) pids() ([]int, error) {
-	b, err := os.ReadFile(c.ProcsPath())
+	b, err := readFile(c.ProcsPath())
 	if err != nil {
 		return nil, err
 	}
@@ -446,5 +441,54 @@ func sweepEmpty(dir string) {
 			continue
 		}
 		_ = unix.Rmdir(filepath.Join(dir, e.Name()))
+	}
+}
+
+// writeFile writes data to the existing cgroup file at path in one
+// write(2). Raw descriptors, not os.File: the per-call cgroup files are
+// opened several times a call, and an os.File registers each with the
+// runtime's poller and a finalizer for nothing.
+func writeFile(path string, data []byte) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	for {
+		n, err := unix.Write(fd, data)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "write", Path: path, Err: err}
+		}
+		if n != len(data) {
+			return &os.PathError{Op: "write", Path: path, Err: io.ErrShortWrite}
+		}
+		return nil
+	}
+}
+
+// readFile reads the cgroup file at path whole (see writeFile).
+func readFile(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var out []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Read(fd, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n <= 0 {
+			return out, nil
+		}
+		out = append(out, buf[:n]...)
 	}
 }

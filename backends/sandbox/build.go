@@ -513,3 +513,48 @@ func quarantine(grant, path string, want ident) (string, error) {
 // Active reports whether Verify has anything to check: the call has
 // searched trees and the cache watches them.
 func (w *Window) Active() bool { return w != nil && len(w.roots) > 0 }
+
+// MayMask predicts whether the profile of spec will mask or bind read-only
+// anything inside the trees it searches, as far as the cache knows now: a
+// secret-shaped or guarded entry in them, a policy fs_deny, one of the
+// gateway user's credential stores in them, or a tree not searched yet (or no watch) all
+// say yes. Changes not drained yet are not counted: the answer is for
+// scheduling (the bwrap runner's freezer), never for what a sandbox hides.
+func (c *Cache) MayMask(spec Spec) bool {
+	if len(spec.Scope.FSDeny) > 0 {
+		return true
+	}
+	roots := ScanRoots(spec.Scope.FSGrants, c.opts.SkipScan)
+	home := c.opts.UserHome
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	if home != "" {
+		for _, rel := range HomeSecrets {
+			if inAny(filepath.Join(home, rel), roots) {
+				return true
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.w == nil || !c.w.watching() {
+		return true
+	}
+	for _, r := range roots {
+		if c.nodes[r] == nil {
+			return true
+		}
+	}
+	for p := range c.secrets {
+		if inAny(p, roots) {
+			return true
+		}
+	}
+	for p := range c.guards {
+		if inAny(p, roots) {
+			return true
+		}
+	}
+	return false
+}

@@ -508,3 +508,67 @@ func seedFromEnv() uint64 {
 	fmt.Sscan(os.Getenv("PORTCULLIS_CACHE_SEED"), &n)
 	return n
 }
+
+// TestMayMask: the prediction says yes for a tree not searched yet, for
+// one holding a secret-shaped or guarded entry (also one planted since,
+// once drained), for a policy fs_deny and for a credential store of the
+// gateway user inside the grant; no only for a searched, watched tree with
+// nothing to mask or bind read-only.
+func TestMayMask(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		plant string // relative to the grant, created after the first Build
+		deny  bool
+		home  bool // the gateway user's home is the grant
+		want  bool
+	}{
+		{name: "clean tree", want: false},
+		{name: "secret planted", plant: "a/b/.env", want: true},
+		{name: "guarded file planted", plant: "repo/.git/config", want: true},
+		{name: "git hook planted", plant: ".git/hooks/pre-commit", want: true},
+		{name: "ordinary file planted", plant: "a/b/main.go", want: false},
+		{name: "fs_deny", deny: true, want: true},
+		{name: "home credentials", home: true, want: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			root := tmpTree(t)
+			put(t, filepath.Join(root, "src/main.go"), "package main\n")
+			opts := ProfileOptions{UserHome: "/nonexistent"}
+			if tt.home {
+				opts.UserHome = root
+			}
+			c := NewCache(opts)
+			defer c.Close()
+			s := rwSpec(root)
+			if tt.deny {
+				s.Scope.FSDeny = []string{filepath.Join(root, "src")}
+			}
+			if !c.MayMask(s) {
+				t.Fatal("a tree not searched yet: want a yes")
+			}
+			_, w := mustBuild(t, c, s)
+			w.Close()
+			if tt.plant != "" {
+				put(t, filepath.Join(root, tt.plant), "x")
+				_, w := mustBuild(t, c, s) // drains the change
+				w.Close()
+			}
+			if got := c.MayMask(s); got != tt.want {
+				t.Errorf("MayMask = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	t.Run("closed cache", func(t *testing.T) {
+		t.Parallel()
+		root := tmpTree(t)
+		c := NewCache(ProfileOptions{UserHome: "/nonexistent"})
+		_, w := mustBuild(t, c, rwSpec(root))
+		w.Close()
+		c.Close()
+		if !c.MayMask(rwSpec(root)) {
+			t.Error("a closed cache (no watch): want a yes")
+		}
+	})
+}

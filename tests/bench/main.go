@@ -58,6 +58,8 @@ type config struct {
 	quota bool
 	// noOPA skips the OPA systems (no opa binary to build).
 	noOPA bool
+	// execBackends are the gateway backends the exec scenario measures.
+	execBackends []string
 }
 
 var allScenarios = []string{"decision", "fsread", "exec", "evidence"}
@@ -95,6 +97,7 @@ func parseFlags(args []string) (*config, error) {
 		warmup    = fs.Duration("warmup", 2*time.Second, "unmeasured closed-loop warm-up before each closed-loop run")
 		clients   = fs.String("clients", "16,64", "closed-loop client counts")
 		rates     = fs.String("rates", "0.5,0.8", "open-loop arrival rates, as fractions of the system's best closed-loop throughput")
+		execBacks = fs.String("exec-backends", "process,bwrap", "gateway backends of the exec scenario (bwrap alone is enough for P3)")
 		quick     = fs.Bool("quick", false, "a fast smoke run: 2 s windows, 0.5 s warm-up, 16 clients, one open-loop rate (0.5)")
 		c         = &config{}
 	)
@@ -169,6 +172,15 @@ func parseFlags(args []string) (*config, error) {
 			return nil, fmt.Errorf("-rates: bad fraction %q (want 0 < f ≤ 2)", s)
 		}
 		c.rates = append(c.rates, f)
+	}
+	for s := range strings.SplitSeq(*execBacks, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "":
+		case "process", "bwrap":
+			c.execBackends = append(c.execBackends, s)
+		default:
+			return nil, fmt.Errorf("-exec-backends: unknown backend %q (want process, bwrap)", s)
+		}
 	}
 	if c.duration <= 0 {
 		return nil, errors.New("-duration must be > 0")

@@ -285,7 +285,7 @@ func (r *runner) execScenario(ctx context.Context) error {
 		return fmt.Errorf("exec: %w", err)
 	}
 	var errs []error
-	for _, backend := range []string{"process", "bwrap"} {
+	for _, backend := range r.cfg.execBackends {
 		err := r.withServer(ctx, func(ctx context.Context) (*server, error) {
 			return r.env.startGateway(ctx, gatewayOptions{name: "exec-" + backend, backend: backend, bundle: bundle})
 		}, func(s *server) error {
