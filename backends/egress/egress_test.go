@@ -284,7 +284,7 @@ func TestEmbeddedIPv4(t *testing.T) {
 		// Teredo: the client's IPv4 is the last 32 bits inverted, the
 		// server's bits 32-63.
 		{"2001:0:a9fe:a9fe::1", 80, false, true},
-		{"2001:0:808:808:0:0:5601:5601", 80, false, true}, // client ^ 0xffffffff = 169.254.169.254
+		{"2001:0:808:808:0:0:5601:5601", 80, false, true},  // client ^ 0xffffffff = 169.254.169.254
 		{"2001:0:808:808:0:0:80ff:fffe", 80, false, false}, // client 127.0.0.1
 		{"compat.example.org", 80, false, false},
 		{"nat64.example.org", 80, false, true},
