@@ -83,6 +83,11 @@ func (c *call) Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error)
 			return wire.Scope{}, &wire.Error{Code: wire.CodeSandboxViolation, Message: fmt.Sprintf("the granted path %s contains a comma, which Deno's permission lists cannot express; refusing rather than grant something else", real), Details: map[string]any{"field": "code", "path": real}}
 		}
 		g.Path = filepath.Clean(real)
+		if err := sandbox.CheckNotPrivate(g.Path); err != nil {
+			// On every runner: on the process backend Deno's permissions
+			// are all that keeps the code from other runs' bridges.
+			return wire.Scope{}, &wire.Error{Code: wire.CodeSandboxViolation, Message: strings.TrimSuffix(strings.TrimPrefix(err.Error(), "sandbox: "), ": "+sandbox.ErrUnsafePath.Error()), Details: map[string]any{"field": "code", "path": g.Path}}
+		}
 		grants = append(grants, g)
 	}
 	network := d.Network
