@@ -434,8 +434,11 @@ func (c *call) argv(deno, dir, reqPath, respPath string, scope wire.Scope) []str
 	case wire.PostureFull:
 		a = append(a, "--allow-net")
 	}
-	// Never the cloud metadata service, whatever the posture.
-	a = append(a, "--deny-net=169.254.169.254,169.254.170.2,[fd00:ec2::254]")
+	// Never the cloud metadata service, whatever the posture. Deno matches
+	// the addresses names resolve to and normalizes IPv4-mapped forms, but
+	// takes no CIDRs: the NAT64 and IPv4-compatible forms are listed too.
+	a = append(a, "--deny-net=169.254.169.254,169.254.170.2,[fd00:ec2::254],"+
+		"[64:ff9b::a9fe:a9fe],[64:ff9b::a9fe:aa02],[::a9fe:a9fe],[::a9fe:aa02]")
 	return append(a, filepath.Join(dir, "main.js"), reqPath, respPath)
 }
 

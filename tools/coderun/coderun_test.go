@@ -338,7 +338,10 @@ func TestEnforceAndArgv(t *testing.T) {
 	argv := strings.Join(c.(*call).argv("/x/deno", "/run", "/run/req", "/run/resp", scope), " ")
 	for _, want := range []string{"--no-remote", "--no-npm", "--no-config", "--deny-import", "--deny-run", "--deny-env", "--deny-ffi", "--deny-sys",
 		"--allow-read=" + e.work + "," + e.ro + ",/run/resp", "--allow-write=" + e.work + ",/run/req",
-		"--allow-net=api.example.com:443 ", "--max-old-space-size=256", "--deny-net=169.254.169.254"} {
+		"--allow-net=api.example.com:443 ", "--max-old-space-size=256", "--deny-net=169.254.169.254",
+		// The IPv6 forms of the metadata address Deno can match (it takes no
+		// CIDRs): NAT64 and IPv4-compatible.
+		"[64:ff9b::a9fe:a9fe]", "[::a9fe:a9fe]", "[64:ff9b::a9fe:aa02]", "[::a9fe:aa02]"} {
 		if !strings.Contains(argv, want) {
 			t.Errorf("argv lacks %q:\n%s", want, argv)
 		}
