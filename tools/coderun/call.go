@@ -227,6 +227,13 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	if we != nil {
 		return failWith(we)
 	}
+	im, err := importMap(dir, scope.FSGrants)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, importMapFile), im, 0o400)
+	}
+	if err != nil {
+		return failWith(wire.Wrap(wire.CodeBackendUnavailable, "coderun: import map", err, "could not write the run's import map"))
+	}
 	reqPath, respPath := filepath.Join(dir, "bridge.req"), filepath.Join(dir, "bridge.resp")
 	// Nested calls end with the run: the runner stops Deno at the
 	// timeout, and the context stops a nested call still in flight.
@@ -397,7 +404,8 @@ func (c *call) stubs(ctx context.Context, disp tools.Dispatcher) []tsdecl.Stub {
 // argv is Deno's command line: every permission denied but the decision's.
 // --deny-import and --no-remote/--no-npm close the default import hosts
 // (an exfiltration channel); --no-config keeps a deno.json in a granted
-// directory from changing any of this.
+// directory from changing any of this; the import map (importMap) keeps
+// local imports inside the run directory and the grants.
 func (c *call) argv(deno, dir, reqPath, respPath string, scope wire.Scope) []string {
 	var read, write []string
 	for _, g := range scope.FSGrants {
@@ -411,6 +419,7 @@ func (c *call) argv(deno, dir, reqPath, respPath string, scope wire.Scope) []str
 	heapMB := max(scope.Limits.MemoryBytes>>20, 64)
 	a := []string{deno, "run",
 		"--quiet", "--no-prompt", "--no-remote", "--no-npm", "--no-config", "--no-lock",
+		"--import-map=" + filepath.Join(dir, importMapFile),
 		"--deny-import", "--deny-run", "--deny-env", "--deny-ffi", "--deny-sys",
 		"--v8-flags=--max-old-space-size=" + strconv.FormatInt(heapMB, 10),
 		"--allow-read=" + strings.Join(read, ","),
