@@ -245,7 +245,7 @@ func TestProxyPinsCheckedAddress(t *testing.T) {
 // only a grant of the IPv4 itself opens it.
 func TestEmbeddedIPv4(t *testing.T) {
 	t.Parallel()
-	nat64, err := ParseAllowlist([]string{"64:ff9b::/96", "2002::/16", "2001::/32", "::/96", "::ffff:0:0:0/96", "*.example.org", "10.5.0.0/16"})
+	nat64, err := ParseAllowlist([]string{"64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32", "::/96", "::ffff:0:0:0/96", "*.example.org", "10.5.0.0/16"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,8 @@ func TestEmbeddedIPv4(t *testing.T) {
 		{"64:ff9b::169.254.170.2", 80, false, true},
 		{"64:ff9b::10.0.0.1", 80, false, false},
 		{"64:ff9b::10.5.0.1", 80, true, false}, // the IPv4 itself is granted
-		{"64:ff9b::8.8.8.8", 80, true, false},  // the grant itself still works
+		{"64:ff9b:1:2::169.254.169.254", 80, false, true},
+		{"64:ff9b::8.8.8.8", 80, true, false}, // the grant itself still works
 		{"2002:7f00:1::1", 80, false, false},
 		{"2002:a9fe:a9fe::1", 80, false, true},
 		{"2002:808:808::1", 80, true, false},

@@ -66,6 +66,7 @@ var (
 	v4Compatible = netip.MustParsePrefix("::/96")           // deprecated ::a.b.c.d (RFC 4291)
 	v4Translated = netip.MustParsePrefix("::ffff:0:0:0/96") // SIIT ::ffff:0:a.b.c.d (RFC 2765)
 	nat64        = netip.MustParsePrefix("64:ff9b::/96")    // RFC 6052
+	nat64Local   = netip.MustParsePrefix("64:ff9b:1::/48")  // RFC 8215, read as a /96 network
 	sixToFour    = netip.MustParsePrefix("2002::/16")       // RFC 3056: 2002:AABB:CCDD::
 	teredo       = netip.MustParsePrefix("2001::/32")       // RFC 4380: server, then client inverted
 )
@@ -81,7 +82,7 @@ func embeddedV4(ip netip.Addr) []netip.Addr {
 		return netip.AddrFrom4([4]byte{b[o] ^ inv, b[o+1] ^ inv, b[o+2] ^ inv, b[o+3] ^ inv})
 	}
 	switch {
-	case v4Compatible.Contains(ip), v4Translated.Contains(ip), nat64.Contains(ip):
+	case v4Compatible.Contains(ip), v4Translated.Contains(ip), nat64.Contains(ip), nat64Local.Contains(ip):
 		return []netip.Addr{v4(12, 0)}
 	case sixToFour.Contains(ip):
 		return []netip.Addr{v4(2, 0)}
