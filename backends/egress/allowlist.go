@@ -212,6 +212,9 @@ func (a *Allowlist) Resolve(ctx context.Context, res Resolver, host string, port
 		if !a.cidrAllowed(ip, port) {
 			return netip.AddrPort{}, fmt.Errorf("%w: %s is not in an allowed CIDR", ErrDenied, net.JoinHostPort(ip.String(), strconv.Itoa(port)))
 		}
+		if !a.Reachable(ip, port) {
+			return netip.AddrPort{}, fmt.Errorf("%w: %s carries an IPv4 address that no CIDR entry grants", ErrDenied, ip)
+		}
 		return netip.AddrPortFrom(ip, uint16(port)), nil
 	}
 	name := normalizeName(h)
@@ -231,7 +234,7 @@ func (a *Allowlist) Resolve(ctx context.Context, res Resolver, host string, port
 	var refused []string
 	for _, ip := range addrs {
 		ip = ip.Unmap().WithZone("")
-		if Metadata(ip) || (special(ip) && !a.cidrAllowed(ip, port)) {
+		if !a.Reachable(ip, port) {
 			refused = append(refused, ip.String())
 			continue
 		}
@@ -250,7 +253,7 @@ var specialPrefixes = func() []netip.Prefix {
 		"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
 		"172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16",
 		"198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
-		"::/128", "::1/128", "::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64",
+		"::/96", "::ffff:0:0/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64",
 		"2001::/23", "2001:db8::/32", "2002::/16", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
 		"fd00:ec2::254/128",
 	} {

@@ -236,3 +236,77 @@ func TestProxyPinsCheckedAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestEmbeddedIPv4 is the IPv6 forms that carry an IPv4 address: the
+// deprecated IPv4-compatible ::a.b.c.d, SIIT's ::ffff:0:a.b.c.d, NAT64
+// (64:ff9b::/96), 6to4 (2002::/16) and Teredo. A private or metadata IPv4
+// inside one is refused like the IPv4 itself, also where a CIDR entry
+// grants the IPv6 range (an IPv6-only network granting its NAT64 prefix):
+// only a grant of the IPv4 itself opens it.
+func TestEmbeddedIPv4(t *testing.T) {
+	t.Parallel()
+	nat64, err := ParseAllowlist([]string{"64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32", "::/96", "::ffff:0:0:0/96", "*.example.org", "10.5.0.0/16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &fakeResolver{table: map[string][]netip.Addr{
+		"compat.example.org": addrs("::127.0.0.1"),
+		"nat64.example.org":  addrs("64:ff9b::a9fe:a9fe"),
+		"public.example.org": addrs("64:ff9b::8.8.8.8"),
+	}}
+	// Without any grant, a name resolving to ::127.0.0.1 is no way in.
+	plain, err := ParseAllowlist([]string{"*.example.org"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := plain.Resolve(context.Background(), res, "compat.example.org", 80); !errors.Is(err, ErrDenied) {
+		t.Errorf("compat.example.org (::127.0.0.1) = %s, %v; want refused with ErrDenied", got, err)
+	}
+	for _, tc := range []struct {
+		host     string
+		port     int
+		ok       bool
+		metadata bool
+	}{
+		{"::127.0.0.1", 80, false, false},
+		{"::169.254.169.254", 80, false, true},
+		{"::ffff:0:127.0.0.1", 80, false, false},
+		{"::ffff:0:169.254.169.254", 80, false, true},
+		{"64:ff9b::127.0.0.1", 80, false, false},
+		{"64:ff9b::169.254.169.254", 80, false, true},
+		{"64:ff9b::169.254.170.2", 80, false, true},
+		{"64:ff9b::10.0.0.1", 80, false, false},
+		{"64:ff9b::10.5.0.1", 80, true, false}, // the IPv4 itself is granted
+		{"64:ff9b:1:2::169.254.169.254", 80, false, true},
+		{"64:ff9b::8.8.8.8", 80, true, false}, // the grant itself still works
+		{"2002:7f00:1::1", 80, false, false},
+		{"2002:a9fe:a9fe::1", 80, false, true},
+		{"2002:808:808::1", 80, true, false},
+		// Teredo: the client's IPv4 is the last 32 bits inverted, the
+		// server's bits 32-63.
+		{"2001:0:a9fe:a9fe::1", 80, false, true},
+		{"2001:0:808:808:0:0:5601:5601", 80, false, true},  // client ^ 0xffffffff = 169.254.169.254
+		{"2001:0:808:808:0:0:80ff:fffe", 80, false, false}, // client 127.0.0.1
+		{"compat.example.org", 80, false, false},
+		{"nat64.example.org", 80, false, true},
+		{"public.example.org", 80, true, false},
+	} {
+		host := tc.host
+		if ip, err := netip.ParseAddr(host); err == nil {
+			if Metadata(ip) != tc.metadata {
+				t.Errorf("Metadata(%s) = %v, want %v", ip, !tc.metadata, tc.metadata)
+			}
+			if !Special(ip) {
+				t.Errorf("Special(%s) = false: an IPv6 form carrying an IPv4 is never the public internet on its own", ip)
+			}
+			host = "[" + host + "]"
+		}
+		got, err := nat64.Resolve(context.Background(), res, host, tc.port)
+		if tc.ok && err != nil {
+			t.Errorf("%s:%d refused (%v), want allowed", host, tc.port, err)
+		}
+		if !tc.ok && (err == nil || !errors.Is(err, ErrDenied)) {
+			t.Errorf("%s:%d = %s, %v; want refused with ErrDenied", host, tc.port, got, err)
+		}
+	}
+}

@@ -175,6 +175,9 @@ func checkGrant(path string) error {
 			return fmt.Errorf("sandbox: grant %s is inside %s, which the sandbox never exposes: %w", path, k, ErrUnsafePath)
 		}
 	}
+	if err := CheckNotPrivate(path); err != nil {
+		return err
+	}
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return fmt.Errorf("sandbox: grant %s: %w", path, err)
@@ -183,6 +186,31 @@ func checkGrant(path string) error {
 		return fmt.Errorf("sandbox: grant %s resolves to %s (a symlink was swapped in): %w", path, real, ErrUnsafePath)
 	}
 	return nil
+}
+
+// CheckNotPrivate refuses (ErrUnsafePath) a grant that holds the gateway's
+// temporary directory (os.TempDir(), also as its real path), where every
+// call keeps its private directories: code.run's run directory with the
+// program and the bridge FIFOs, Exec's HOME. Such a grant (/tmp as scratch
+// space) would give a program the other calls' private directories, of
+// other principals too: it could write tool calls into another run's
+// bridge, to be made as that run's principal, and read its code. A grant
+// below the temporary directory is fine.
+func CheckNotPrivate(grant string) error {
+	tmp := filepath.Clean(os.TempDir())
+	for _, t := range []string{tmp, realOr(tmp)} {
+		if within(t, grant) {
+			return fmt.Errorf("sandbox: grant %s holds the gateway's temporary directory %s, where other calls keep their private run directories; grant a directory below it, or set the gateway's TMPDIR outside every grant: %w", grant, t, ErrUnsafePath)
+		}
+	}
+	return nil
+}
+
+func realOr(path string) string {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		return real
+	}
+	return path
 }
 
 // denySet collects deny overlays.

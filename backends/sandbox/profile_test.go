@@ -74,6 +74,9 @@ func TestBuildProfile(t *testing.T) {
 		"root grant":    {Path: "/", Mode: "r"},
 		"proc grant":    {Path: "/proc/1", Mode: "r"},
 		"unclean grant": {Path: root + "/work/../work", Mode: "r"},
+		// Where every call keeps its private run directories (code.run's
+		// bridge FIFOs): TestNoCrossRunBridge (tools/coderun).
+		"temporary directory grant": {Path: realOr(os.TempDir()), Mode: "r"},
 	} {
 		s := spec
 		s.Scope.FSGrants = []wire.FSGrant{g}

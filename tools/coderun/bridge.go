@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -17,8 +18,12 @@ import (
 	"github.com/portcullis/portcullis/wire"
 )
 
-// maxBridgeLine bounds one request line from the code (tool input).
-const maxBridgeLine = 4 << 20
+// maxBridgeLine bounds one request line from the code: a tool call, or the
+// result line, whose value may be as large as MaxMaxOutputBytes, with room
+// for the envelope around it. A longer line stops the bridge and fails the
+// run as a result too large (the only line that can legitimately be this
+// long), so that a result never vanishes from a success.
+const maxBridgeLine = MaxMaxOutputBytes + 64<<10
 
 // bridge serves the per-run channel: two FIFOs in the run directory, one
 // for requests (the code writes JSON lines), one for answers. FIFOs rather
@@ -131,6 +136,13 @@ func (b *bridge) handle(ctx context.Context) {
 	sc := bufio.NewScanner(b.req)
 	sc.Buffer(make([]byte, 64<<10), maxBridgeLine)
 	enc := json.NewEncoder(b.resp)
+	defer func() {
+		if errors.Is(sc.Err(), bufio.ErrTooLong) {
+			b.mu.Lock()
+			b.result, b.resultTruncated = nil, true
+			b.mu.Unlock()
+		}
+	}()
 	for sc.Scan() {
 		var req request
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {

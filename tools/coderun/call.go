@@ -83,6 +83,11 @@ func (c *call) Enforce(ctx context.Context, d wire.Decision) (wire.Scope, error)
 			return wire.Scope{}, &wire.Error{Code: wire.CodeSandboxViolation, Message: fmt.Sprintf("the granted path %s contains a comma, which Deno's permission lists cannot express; refusing rather than grant something else", real), Details: map[string]any{"field": "code", "path": real}}
 		}
 		g.Path = filepath.Clean(real)
+		if err := sandbox.CheckNotPrivate(g.Path); err != nil {
+			// On every runner: on the process backend Deno's permissions
+			// are all that keeps the code from other runs' bridges.
+			return wire.Scope{}, &wire.Error{Code: wire.CodeSandboxViolation, Message: strings.TrimSuffix(strings.TrimPrefix(err.Error(), "sandbox: "), ": "+sandbox.ErrUnsafePath.Error()), Details: map[string]any{"field": "code", "path": g.Path}}
+		}
 		grants = append(grants, g)
 	}
 	network := d.Network
@@ -221,6 +226,13 @@ func (c *call) Run(ctx context.Context, scope wire.Scope) tools.Result {
 	defer cleanup()
 	if we != nil {
 		return failWith(we)
+	}
+	im, err := importMap(dir, scope.FSGrants)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, importMapFile), im, 0o400)
+	}
+	if err != nil {
+		return failWith(wire.Wrap(wire.CodeBackendUnavailable, "coderun: import map", err, "could not write the run's import map"))
 	}
 	reqPath, respPath := filepath.Join(dir, "bridge.req"), filepath.Join(dir, "bridge.resp")
 	// Nested calls end with the run: the runner stops Deno at the
@@ -392,7 +404,8 @@ func (c *call) stubs(ctx context.Context, disp tools.Dispatcher) []tsdecl.Stub {
 // argv is Deno's command line: every permission denied but the decision's.
 // --deny-import and --no-remote/--no-npm close the default import hosts
 // (an exfiltration channel); --no-config keeps a deno.json in a granted
-// directory from changing any of this.
+// directory from changing any of this; the import map (importMap) keeps
+// local imports inside the run directory and the grants.
 func (c *call) argv(deno, dir, reqPath, respPath string, scope wire.Scope) []string {
 	var read, write []string
 	for _, g := range scope.FSGrants {
@@ -406,6 +419,7 @@ func (c *call) argv(deno, dir, reqPath, respPath string, scope wire.Scope) []str
 	heapMB := max(scope.Limits.MemoryBytes>>20, 64)
 	a := []string{deno, "run",
 		"--quiet", "--no-prompt", "--no-remote", "--no-npm", "--no-config", "--no-lock",
+		"--import-map=" + filepath.Join(dir, importMapFile),
 		"--deny-import", "--deny-run", "--deny-env", "--deny-ffi", "--deny-sys",
 		"--v8-flags=--max-old-space-size=" + strconv.FormatInt(heapMB, 10),
 		"--allow-read=" + strings.Join(read, ","),
@@ -429,8 +443,11 @@ func (c *call) argv(deno, dir, reqPath, respPath string, scope wire.Scope) []str
 	case wire.PostureFull:
 		a = append(a, "--allow-net")
 	}
-	// Never the cloud metadata service, whatever the posture.
-	a = append(a, "--deny-net=169.254.169.254,169.254.170.2,[fd00:ec2::254]")
+	// Never the cloud metadata service, whatever the posture. Deno matches
+	// the addresses names resolve to and normalizes IPv4-mapped forms, but
+	// takes no CIDRs: the NAT64 and IPv4-compatible forms are listed too.
+	a = append(a, "--deny-net=169.254.169.254,169.254.170.2,[fd00:ec2::254],"+
+		"[64:ff9b::a9fe:a9fe],[64:ff9b::a9fe:aa02],[::a9fe:a9fe],[::a9fe:aa02]")
 	return append(a, filepath.Join(dir, "main.js"), reqPath, respPath)
 }
 

@@ -3,6 +3,7 @@ package coderun
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -100,5 +101,34 @@ func TestResultOverTheCapFails(t *testing.T) {
 				t.Fatalf("status %s error %+v data %+v", res.Status, we, data)
 			}
 		})
+	}
+}
+
+// TestResultAtTheCapArrives: a result just under max_output_bytes at its
+// largest (4 MiB) arrives whole; the bridge's line bound leaves room for
+// the envelope around it, so the result never vanishes from a success.
+func TestResultAtTheCapArrives(t *testing.T) {
+	t.Parallel()
+	deno := denoPath(t)
+	e := newEnv(t)
+	r := runners(t)["process"]
+	n := MaxMaxOutputBytes - 2 // the JSON string's quotes
+	res, data := exec(t, New(Options{Runner: r, Deno: deno}), e.decision(), nil, map[string]any{"code": `export const result = "r".repeat(` + strconv.Itoa(n) + `);`, "max_output_bytes": MaxMaxOutputBytes})
+	if !res.Output.Success || len(data.Result) != MaxMaxOutputBytes || data.ResultTruncated {
+		t.Fatalf("status %s error %+v: result of %d bytes (truncated %v), want %d", res.Status, res.Output.Error, len(data.Result), data.ResultTruncated, MaxMaxOutputBytes)
+	}
+}
+
+// TestResultPastTheBridgeLineFails: a result line longer than the bridge
+// reads (a result far over the cap) fails the call as too large, never a
+// success without its result.
+func TestResultPastTheBridgeLineFails(t *testing.T) {
+	t.Parallel()
+	deno := denoPath(t)
+	e := newEnv(t)
+	r := runners(t)["process"]
+	res, data := exec(t, New(Options{Runner: r, Deno: deno}), e.decision(), nil, map[string]any{"code": `export const result = "r".repeat(` + strconv.Itoa(MaxMaxOutputBytes+64<<10+10) + `);`, "max_output_bytes": MaxMaxOutputBytes})
+	if we := res.Output.Error; res.Output.Success || we == nil || we.Code != wire.CodeTooLarge || we.Details["field"] != "result" || !data.ResultTruncated {
+		t.Fatalf("status %s error %+v result %d bytes", res.Status, we, len(data.Result))
 	}
 }

@@ -123,8 +123,20 @@ func newEnv(t *testing.T) env {
 	}
 	must(t, os.WriteFile(filepath.Join(e.ro, "in.txt"), []byte("inside"), 0o644))
 	must(t, os.WriteFile(filepath.Join(e.outside, "secret.txt"), []byte("TOP SECRET"), 0o644))
+	must(t, os.WriteFile(filepath.Join(e.outside, "secret.json"), []byte(`{"LEAK": "TOP SECRET"}`), 0o644))
+	must(t, os.WriteFile(filepath.Join(e.outside, "secret.js"), []byte(`export default "LEAK";`), 0o644))
+	must(t, os.WriteFile(filepath.Join(e.ro, "mod.json"), []byte(`{"granted": "module"}`), 0o644))
 	must(t, os.Symlink(filepath.Join(e.outside, "secret.txt"), filepath.Join(e.ro, "leak.txt")))
 	return e
+}
+
+// realTemp is the real path of the gateway's temporary directory, where
+// run directories are made.
+func realTemp(t *testing.T) string {
+	t.Helper()
+	tmp, err := filepath.EvalSymlinks(os.TempDir())
+	must(t, err)
+	return tmp
 }
 
 func must(t *testing.T, err error) {
@@ -200,6 +212,16 @@ func TestConfinement(t *testing.T) {
 				{name: "sys refused", code: `try { console.log(Deno.hostname()) } catch (err) { console.log("refused", err.name) }`, ok: true, want: "refused NotCapable"},
 				{name: "network refused under off", code: `try { const r = await fetch("http://` + ln.Addr().String() + `/"); console.log(await r.text()) } catch (err) { console.log("refused", err.name) }`, ok: true, want: "refused NotCapable"},
 				{name: "remote import refused", code: `try { await import("https://deno.land/std/path/mod.ts") } catch (err) { console.log("refused", err.name) }`, ok: true, want: "refused"},
+				// Deno loads local modules without read permission: the
+				// import map sends every file: URL outside the grants and
+				// the run directory nowhere.
+				{name: "json import outside refused", code: `try { const m = await import("` + e.outside + `/secret.json", {with: {type: "json"}}); console.log(JSON.stringify(m.default)) } catch (err) { console.log("refused", err.name) }`, ok: true, want: "refused"},
+				{name: "relative import outside refused", code: `try { const m = await import("../` + strings.TrimPrefix(e.outside, realTemp(t)+"/") + `/secret.json", {with: {type: "json"}}); console.log(JSON.stringify(m.default)) } catch (err) { console.log("refused", err.name) }`, ok: true, want: "refused"},
+				{name: "script import outside refused", code: `try { const m = await import("file://` + e.outside + `/secret.js"); console.log(m.default) } catch (err) { console.log("refused", err.name) }`, ok: true, want: "refused"},
+				{name: "import outside through data refused", code: `try { const m = await import("data:text/javascript,export {default} from 'file://` + e.outside + `/secret.json' with {type: 'json'}"); console.log(JSON.stringify(m.default)) } catch (err) { console.log("refused", err.name) }`, ok: true, want: "refused"},
+				{name: "worker outside refused", code: `await new Promise((resolve) => { try { const w = new Worker("file://` + e.outside + `/secret.js", {type: "module"}); w.onerror = (ev) => { ev.preventDefault(); console.log("refused"); resolve(); }; setTimeout(() => { console.log("refused late"); w.terminate(); resolve(); }, 5000) } catch (err) { console.log("refused", err.name); resolve() } })`, ok: true, want: "refused"},
+				{name: "import outside from a worker refused", code: `Deno.writeTextFileSync("` + e.work + `/w.js", "try { const m = await import('file://` + e.outside + `/secret.json', {with: {type: 'json'}}); postMessage(JSON.stringify(m.default)) } catch (err) { postMessage('refused ' + err.name) }"); const w = new Worker("file://` + e.work + `/w.js", {type: "module"}); console.log(await new Promise((resolve) => { w.onmessage = (ev) => { w.terminate(); resolve(ev.data) }; w.onerror = (ev) => { ev.preventDefault(); resolve("refused error") } }))`, ok: true, want: "refused"},
+				{name: "json import inside a grant", code: `const m = await import("` + e.ro + `/mod.json", {with: {type: "json"}}); console.log(m.default.granted)`, ok: true, want: "module"},
 				{name: "data import is harmless", code: `const m = await import("data:text/javascript,export default 7"); console.log("data", m.default)`, ok: true, want: "data 7"},
 				{name: "exception names the line", code: "const a = 1;\nconst b = 2;\nthrow new Error(`boom ${a + b}`);", ok: false},
 			}
@@ -238,8 +260,8 @@ func TestConfinement(t *testing.T) {
 			}
 			t.Run("outside unchanged", func(t *testing.T) {
 				ents, _ := os.ReadDir(e.outside)
-				if len(ents) != 1 {
-					t.Errorf("outside has %d entries", len(ents))
+				if len(ents) != 3 {
+					t.Errorf("outside has %d entries, want its 3 files", len(ents))
 				}
 			})
 		})
@@ -338,7 +360,10 @@ func TestEnforceAndArgv(t *testing.T) {
 	argv := strings.Join(c.(*call).argv("/x/deno", "/run", "/run/req", "/run/resp", scope), " ")
 	for _, want := range []string{"--no-remote", "--no-npm", "--no-config", "--deny-import", "--deny-run", "--deny-env", "--deny-ffi", "--deny-sys",
 		"--allow-read=" + e.work + "," + e.ro + ",/run/resp", "--allow-write=" + e.work + ",/run/req",
-		"--allow-net=api.example.com:443 ", "--max-old-space-size=256", "--deny-net=169.254.169.254"} {
+		"--allow-net=api.example.com:443 ", "--max-old-space-size=256", "--deny-net=169.254.169.254",
+		// The IPv6 forms of the metadata address Deno can match (it takes no
+		// CIDRs): NAT64 and IPv4-compatible.
+		"[64:ff9b::a9fe:a9fe]", "[::a9fe:a9fe]", "[64:ff9b::a9fe:aa02]", "[::a9fe:aa02]"} {
 		if !strings.Contains(argv, want) {
 			t.Errorf("argv lacks %q:\n%s", want, argv)
 		}

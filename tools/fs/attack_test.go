@@ -744,3 +744,46 @@ func TestStuckReadIsAbandoned(t *testing.T) {
 		t.Error("descriptors closed while the abandoned read may still use them")
 	}
 }
+
+// TestGatewayTempDirGrantsNothing: the gateway's temporary directory holds
+// every call's private run directory (code.run's program and bridge
+// FIFOs, Exec's HOME), also other principals'. A grant that holds it (/tmp
+// as scratch space) grants nothing, like on the sandboxed tools
+// (TestNoCrossRunBridge in tools/coderun): the file tools can neither read
+// another run's code nor replace its bridge.
+func TestGatewayTempDirGrantsNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	tmp, err := filepath.EvalSymlinks(os.TempDir())
+	must(t, err)
+	run, err := os.MkdirTemp("", "portcullis-coderun-")
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(run) })
+	run, err = filepath.EvalSymlinks(run)
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(run, "code.ts"), []byte("VICTIM CODE"), 0o400))
+	d := f.decision
+	d.FSGrants = append(d.FSGrants, wire.FSGrant{Path: tmp, Mode: wire.ModeReadWrite, Alias: "@tmp"})
+	for _, tc := range []struct {
+		tool  string
+		input map[string]any
+	}{
+		{"fs.read", map[string]any{"path": filepath.Join(run, "code.ts")}},
+		{"fs.read", map[string]any{"path": "@tmp/" + filepath.Base(run) + "/code.ts"}},
+		{"fs.list", map[string]any{"path": run}},
+		{"fs.search", map[string]any{"path": run, "pattern": "VICTIM"}},
+		{"fs.write", map[string]any{"path": filepath.Join(run, "bridge.req"), "content": "{}\n"}},
+	} {
+		o := f.doWith(t, tc.tool, tc.input, d)
+		if o.code == "" {
+			t.Errorf("%s %v succeeded under a grant of the gateway's temporary directory: %s", tc.tool, tc.input, o.data)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(run, "bridge.req")); err == nil {
+		t.Errorf("fs.write created a file in another run's directory")
+	}
+	// The workspace grants still work.
+	if o := f.doWith(t, "fs.read", map[string]any{"path": filepath.Join(f.work, "a.txt")}, d); o.code != "" {
+		t.Errorf("fs.read in the workspace: %s %s", o.code, o.err.Message)
+	}
+}

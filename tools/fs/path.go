@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/portcullis/portcullis/backends/sandbox"
 	"github.com/portcullis/portcullis/tools/internal/strictjson"
 	"github.com/portcullis/portcullis/wire"
 )
@@ -121,8 +122,10 @@ type grant struct {
 // an existing directory, and not reached through a symlink inside a
 // writable grant (the agent could repoint that link: a read-only grant at
 // /srv/work/vendor, a link in the rw grant /srv/work, would otherwise
-// grant whatever the agent points it at). Anything else grants nothing
-// (fail closed).
+// grant whatever the agent points it at), nor holding the gateway's
+// temporary directory, where every call keeps its private run directory
+// (sandbox.CheckNotPrivate: code.run's code and bridge FIFOs, other
+// principals' too). Anything else grants nothing (fail closed).
 func resolveGrants(in []wire.FSGrant, cache *resolveCache) []grant {
 	out := make([]grant, 0, len(in))
 	for _, g := range in {
@@ -131,6 +134,9 @@ func resolveGrants(in []wire.FSGrant, cache *resolveCache) []grant {
 		}
 		r := cache.get(path.Clean(g.Path), true)
 		if !r.exists || r.broken || fileType(&r.st) != unix.S_IFDIR {
+			continue
+		}
+		if sandbox.CheckNotPrivate(r.real) != nil || sandbox.CheckNotPrivate(path.Clean(g.Path)) != nil {
 			continue
 		}
 		out = append(out, grant{FSGrant: g, real: r.real, id: identOf(&r.st), links: r.links})

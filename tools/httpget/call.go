@@ -171,7 +171,7 @@ func (noLookup) LookupNetIP(context.Context, string, string) ([]netip.Addr, erro
 // unless a CIDR entry grants a private one.
 func resolvePublic(ctx context.Context, res egress.Resolver, al *egress.Allowlist, tg target) (netip.AddrPort, error) {
 	ok := func(ip netip.Addr) bool {
-		return !egress.Metadata(ip) && (!egress.Special(ip) || al.CIDRAllows(ip, tg.port))
+		return al.Reachable(ip, tg.port)
 	}
 	if tg.ip.IsValid() {
 		if !ok(tg.ip) {
