@@ -26,6 +26,7 @@ var secretFieldNames = map[string]bool{
 	"passphrase": true, "token": true, "cookie": true, "set_cookie": true, "secret": true,
 	"api_key": true, "apikey": true, "x_api_key": true, "private_key": true, "client_secret": true,
 	"access_token": true, "refresh_token": true, "id_token": true, "credentials": true, "auth": true,
+	"pass": true, "pwd": true, "passcode": true, "privkey": true, "private_token": true,
 }
 
 // secretPatterns find secret-looking substrings in free text. Each match is

@@ -27,6 +27,10 @@ func TestRedactSplitSecrets(t *testing.T) {
 		{"header pair list", map[string]any{"headers": []any{[]any{"Accept", "json"}, []any{"Authorization", secret}}}},
 		{"camelCase private key", map[string]any{"signer": map[string]any{"privateKey": secret}}},
 		{"passphrase suffix", map[string]any{"gpg": map[string]any{"keyPassphrase": secret}}},
+		{"short names", map[string]any{"db": map[string]any{"user": "app", "pass": secret}}},
+		{"pwd", map[string]any{"login": []any{map[string]any{"pwd": secret}}}},
+		{"privkey", map[string]any{"tls": map[string]any{"privkey": secret}}},
+		{"passcode", map[string]any{"mfa": map[string]any{"passcode": secret}}},
 		{"deep nesting", map[string]any{"a": []any{[]any{map[string]any{"b": map[string]any{"name": "GITHUB_TOKEN", "value": secret}}}}}},
 	}
 	for _, tc := range tests {
