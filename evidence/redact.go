@@ -161,6 +161,18 @@ func secretMember(m map[string]any, k string, paired bool) bool {
 	return SecretField(k) || (paired && pairValueKeys[strings.ToLower(k)])
 }
 
+// userFlags take "user:password" as their next argv element (curl -u,
+// --user, --proxy-user, -U): the part after the first colon is redacted.
+var userFlags = map[string]bool{"-u": true, "--user": true, "-U": true, "--proxy-user": true}
+
+// redactUserPass keeps "user:" of a "user:password" flag value.
+func redactUserPass(s string) string {
+	if user, _, ok := strings.Cut(s, ":"); ok {
+		return redactString(user, true) + ":" + Redacted
+	}
+	return redactString(s, true)
+}
+
 // secretPair reports whether l is a [name, value] pair whose name is
 // secret-shaped (["Authorization", "…"]): its second element is redacted.
 func secretPair(l []any) bool {
@@ -244,15 +256,23 @@ func redactList(l []any, trunc bool) []any {
 	if secretPair(l) {
 		return []any{redactValue(l[0], trunc), Redacted}
 	}
+	userNext := false
 	for i, v := range l {
+		s, isString := v.(string)
+		if userNext && isString {
+			userNext = false
+			out[i] = redactUserPass(s)
+			continue
+		}
+		userNext = isString && userFlags[s]
 		if secretNext {
 			secretNext = false
-			if _, ok := v.(string); ok {
+			if isString {
 				out[i] = Redacted
 				continue
 			}
 		}
-		if s, ok := v.(string); ok {
+		if isString {
 			if m := flagRe.FindStringSubmatch(s); m != nil && SecretField(m[1]) {
 				secretNext = true
 			}
@@ -462,7 +482,7 @@ func (e *boundedEncoder) value(v any) {
 		})
 	case []any:
 		e.raw([]byte{'['})
-		secretNext := false
+		secretNext, userNext := false, false
 		pair := secretPair(x)
 		for i, el := range x {
 			if e.full {
@@ -476,6 +496,12 @@ func (e *boundedEncoder) value(v any) {
 				continue
 			}
 			s, isString := el.(string)
+			if userNext && isString {
+				userNext = false
+				e.scalar(redactUserPass(s))
+				continue
+			}
+			userNext = isString && userFlags[s]
 			switch {
 			case secretNext && isString:
 				e.scalar(Redacted)

@@ -31,6 +31,8 @@ func TestRedactSplitSecrets(t *testing.T) {
 		{"pwd", map[string]any{"login": []any{map[string]any{"pwd": secret}}}},
 		{"privkey", map[string]any{"tls": map[string]any{"privkey": secret}}},
 		{"passcode", map[string]any{"mfa": map[string]any{"passcode": secret}}},
+		{"curl -u user:password", map[string]any{"argv": []any{"curl", "-u", "bob:" + secret, "https://x"}}},
+		{"curl --user user:password", map[string]any{"argv": []any{"curl", "--proxy-user", "bob:" + secret}}},
 		{"deep nesting", map[string]any{"a": []any{[]any{map[string]any{"b": map[string]any{"name": "GITHUB_TOKEN", "value": secret}}}}}},
 	}
 	for _, tc := range tests {
