@@ -196,12 +196,35 @@ func (r evidenceRecorder) PolicyActivated(ctx context.Context, a bundles.Activat
 }
 
 func (r evidenceRecorder) ShadowDiff(ctx context.Context, d bundles.ShadowDiff) error {
-	body, err := json.Marshal(d)
+	body, err := shadowDiffBody(d)
 	if err != nil {
 		return err
 	}
 	return r.w.Append(ctx, evidence.Event{Kind: evidence.KindShadowDiff, PolicyRevision: d.LiveRevision,
 		PrincipalID: d.PrincipalID, Tool: d.Tool, SessionID: d.SessionID, CallID: d.CallID, Body: body})
+}
+
+// shadowDiffBody is the body of a shadow_diff evidence event. Both
+// decisions are kept as a receipt keeps one: reasons through the
+// redactor (they may quote the call's input), env.set by name only (its
+// values may be secrets the policy injects).
+func shadowDiffBody(d bundles.ShadowDiff) ([]byte, error) {
+	d.Live, d.Shadow = redactDecision(d.Live), redactDecision(d.Shadow)
+	return json.Marshal(d)
+}
+
+// redactDecision is d with its reasons redacted and bounded and its
+// env.set values replaced by evidence.Redacted.
+func redactDecision(d wire.Decision) wire.Decision {
+	d.Reasons = evidence.BoundReasons(d.Reasons)
+	if d.Env.Set != nil {
+		set := make(map[string]string, len(d.Env.Set))
+		for k := range d.Env.Set {
+			set[evidence.RedactString(k)] = evidence.Redacted
+		}
+		d.Env.Set = set
+	}
+	return d
 }
 
 func policyCmd() *cobra.Command {
