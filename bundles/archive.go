@@ -28,7 +28,34 @@ const (
 	MaxArchiveBytes  = 64 << 20 // compressed, as fetched
 	maxExpandedBytes = 64 << 20
 	maxArchiveFiles  = 10000
+	// maxTarBytes bounds the whole decompressed tar stream, headers
+	// included: file contents (maxExpandedBytes) plus room for the headers
+	// and padding of maxArchiveFiles entries with modest PAX records. A
+	// PAX header alone may be 1 MiB, so headers must be bounded too.
+	maxTarBytes = maxExpandedBytes + 16<<20
 )
+
+// errExpands is what a too-large decompressed stream reads as.
+var errExpands = fmt.Errorf("expands beyond %d bytes", maxTarBytes)
+
+// boundedReader fails, rather than ending, after max bytes.
+type boundedReader struct {
+	r   io.Reader
+	max int64
+	n   int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.n >= b.max {
+		return 0, errExpands
+	}
+	if int64(len(p)) > b.max-b.n {
+		p = p[:b.max-b.n]
+	}
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	return n, err
+}
 
 // ReadArchive reads a gzipped tar OPA bundle into memory. Only regular files
 // and directories are accepted; links, devices and paths leaving the bundle
@@ -40,9 +67,10 @@ func ReadArchive(r io.Reader) (fs.FS, error) {
 		return nil, fmt.Errorf("bundle archive: %w", err)
 	}
 	defer zr.Close()
-	tr := tar.NewReader(zr)
+	tr := tar.NewReader(&boundedReader{r: zr, max: maxTarBytes})
 	files := fstest.MapFS{}
 	total := int64(0)
+	entries := 0
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -50,6 +78,10 @@ func ReadArchive(r io.Reader) (fs.FS, error) {
 		}
 		if err != nil {
 			return nil, fmt.Errorf("bundle archive: %w", err)
+		}
+		// Every entry counts, directories too: each costs a header parse.
+		if entries++; entries > maxArchiveFiles {
+			return nil, fmt.Errorf("bundle archive: more than %d entries", maxArchiveFiles)
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"testing/fstest"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -169,6 +170,12 @@ func (m *Manager) reload(ctx context.Context, trigger string) (Result, error) {
 	}
 	m.opts.Metrics.fetches.WithLabelValues("fetched").Inc()
 	m.opts.Metrics.compiles.Inc()
+	// One read of the candidate: the scratch check, the live load and the
+	// archive all see these bytes, so a directory rewritten mid-reload
+	// cannot make them differ.
+	if fsys, err = snapshot(fsys); err != nil {
+		return m.refuse(ctx, prev, "read", err)
+	}
 	// Check the candidate on a scratch engine first: only a bundle that
 	// passes everything reaches the live engine, and an unchanged one does
 	// not count as an activation.
@@ -406,4 +413,17 @@ func archiveBundle(dir string, fsys fs.FS, digest string) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// snapshot reads fsys once (as the engine reads a bundle) into memory.
+func snapshot(fsys fs.FS) (fs.FS, error) {
+	files, err := Files(fsys)
+	if err != nil {
+		return nil, err
+	}
+	m := make(fstest.MapFS, len(files))
+	for _, f := range files {
+		m[f.Path] = &fstest.MapFile{Data: f.Data, Mode: 0o444}
+	}
+	return m, nil
 }

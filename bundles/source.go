@@ -119,7 +119,46 @@ func NewHTTPSource(raw string, opts HTTPOptions) (*HTTPSource, error) {
 		}
 		opts.Client = &http.Client{Timeout: timeout}
 	}
+	// A copy, so the caller's client keeps its own redirect rule.
+	c := *opts.Client
+	c.CheckRedirect = checkRedirect(opts.Client.CheckRedirect)
+	opts.Client = &c
 	return &HTTPSource{url: raw, opts: opts}, nil
+}
+
+// maxRedirects bounds the redirects one fetch follows.
+const maxRedirects = 5
+
+// checkRedirect is the bundle fetch's redirect rule, before next (the
+// client's own rule, if any). A redirect may not leave https for plain
+// http: Go resends the Authorization header to the same host whatever the
+// scheme, so the bearer token (and, without a verification key, the
+// bundle itself) would cross the network in clear, around the check
+// NewHTTPSource makes on the configured URL. Nor may it go to a link-local
+// or unspecified address (cloud metadata services live there), nor leave
+// http(s), nor chain more than maxRedirects times.
+func checkRedirect(next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if len(via) >= maxRedirects {
+			return fmt.Errorf("bundle fetch: stopped after %d redirects", len(via))
+		}
+		u := req.URL
+		if u.Scheme != "https" && u.Scheme != "http" {
+			return fmt.Errorf("bundle fetch: redirect to %s: not http(s)", u.Redacted())
+		}
+		for _, prev := range via {
+			if prev.URL.Scheme == "https" && u.Scheme != "https" {
+				return fmt.Errorf("bundle fetch: redirect from https to http (%s) refused: it would send the bundle and its token in clear", u.Redacted())
+			}
+		}
+		if ip := net.ParseIP(u.Hostname()); ip != nil && (ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified()) {
+			return fmt.Errorf("bundle fetch: redirect to link-local or unspecified address %s refused", u.Hostname())
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		return nil
+	}
 }
 
 func isLoopback(host string) bool {

@@ -96,6 +96,9 @@ func (f Filter) Normalize() (Page, error) {
 
 const cursorVersion = "c1"
 
+// maxCursorMicros is 9999-12-31T23:59:59.999999Z in Unix microseconds.
+const maxCursorMicros = 253402300799999999
+
 // EncodeCursor makes the opaque cursor for the keyset position of the last
 // receipt on a page. It is opaque so the encoding can change without
 // breaking clients that only echo it back.
@@ -115,7 +118,9 @@ func DecodeCursor(s string) (time.Time, uuid.UUID, error) {
 		return time.Time{}, uuid.Nil, fmt.Errorf("%w: unknown cursor format", ErrBadCursor)
 	}
 	us, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil {
+	if err != nil || us < 0 || us > maxCursorMicros {
+		// Outside 1970..9999 no receipt can sit; a store could not even
+		// compare such a time (PostgreSQL errs, pgx's encoding overflows).
 		return time.Time{}, uuid.Nil, fmt.Errorf("%w: bad position", ErrBadCursor)
 	}
 	id, err := uuid.Parse(parts[2])

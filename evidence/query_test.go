@@ -1,6 +1,7 @@
 package evidence_test
 
 import (
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -29,6 +30,10 @@ func TestCursorAndNormalize(t *testing.T) {
 		{"garbage cursor", evidence.Filter{Cursor: "%%%"}, 0, evidence.ErrBadCursor},
 		{"wrong version", evidence.Filter{Cursor: "YzIuMS4y"}, 0, evidence.ErrBadCursor},
 		{"bad id", evidence.Filter{Cursor: "YzEuMTIzLnh5eg"}, 0, evidence.ErrBadCursor},
+		// Forged positions outside what a store can hold as a timestamp
+		// (PostgreSQL's range ends in 4713 BC; pgx's encoding overflows).
+		{"position before 1970", evidence.Filter{Cursor: forgedCursor("-9223372036854775808", id)}, 0, evidence.ErrBadCursor},
+		{"position after 9999", evidence.Filter{Cursor: forgedCursor("9223372036854775807", id)}, 0, evidence.ErrBadCursor},
 		{"bad decision", evidence.Filter{Decision: "perhaps"}, 0, evidence.ErrBadFilter},
 		{"until before since", evidence.Filter{Since: at, Until: at.Add(-time.Hour)}, 0, evidence.ErrBadFilter},
 	}
@@ -81,4 +86,9 @@ func TestTextNeedle(t *testing.T) {
 			t.Errorf("Normalize(%q) = %q, %v; want %q", tc.text, p.Needle, err, tc.needle)
 		}
 	}
+}
+
+// forgedCursor spells a cursor by hand, as a client tampering with one would.
+func forgedCursor(micros string, id uuid.UUID) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("c1." + micros + "." + id.String()))
 }

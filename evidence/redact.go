@@ -26,6 +26,7 @@ var secretFieldNames = map[string]bool{
 	"passphrase": true, "token": true, "cookie": true, "set_cookie": true, "secret": true,
 	"api_key": true, "apikey": true, "x_api_key": true, "private_key": true, "client_secret": true,
 	"access_token": true, "refresh_token": true, "id_token": true, "credentials": true, "auth": true,
+	"pass": true, "pwd": true, "passcode": true, "privkey": true, "private_token": true,
 }
 
 // secretPatterns find secret-looking substrings in free text. Each match is
@@ -99,13 +100,87 @@ func ArgsDigest(raw []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// SecretField reports whether a field of that name holds a secret.
+// SecretField reports whether a field of that name holds a secret. A
+// camelCase name is also read as snake_case (privateKey as private_key), and
+// any name holding "passphrase" is one.
 func SecretField(name string) bool {
 	if wire.SecretName(name) {
 		return true
 	}
-	n := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(name), "-", "_"))
-	return secretFieldNames[n]
+	snake := snakeCase(name)
+	if snake != name && wire.SecretName(snake) {
+		return true
+	}
+	for _, v := range []string{name, snake} {
+		n := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(v), "-", "_"))
+		if secretFieldNames[n] || strings.Contains(n, "passphrase") {
+			return true
+		}
+	}
+	return false
+}
+
+// snakeCase puts an underscore where a lower-case letter or digit meets an
+// upper-case one: "privateKey" becomes "private_Key".
+func snakeCase(s string) string {
+	var b strings.Builder
+	prevLowerOrDigit := false
+	for _, r := range s {
+		upper := r >= 'A' && r <= 'Z'
+		if upper && prevLowerOrDigit {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+		prevLowerOrDigit = (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9')
+	}
+	return b.String()
+}
+
+// pairNameKeys and pairValueKeys spell a secret split across members of
+// one object: {"name": "DB_PASSWORD", "value": "…"} (Kubernetes env
+// entries, HAR headers, form fields). Compared in lower case.
+var (
+	pairNameKeys  = map[string]bool{"name": true, "key": true, "header": true, "field": true}
+	pairValueKeys = map[string]bool{"value": true, "values": true, "val": true}
+)
+
+// namesSecret reports whether m names a secret in a name-like member, so
+// that its value-like members are redacted whole.
+func namesSecret(m map[string]any) bool {
+	for k, v := range m {
+		if s, ok := v.(string); ok && pairNameKeys[strings.ToLower(k)] && SecretField(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// secretMember reports whether member k of m is redacted whole: a
+// secret-shaped name, or the value of an object that names a secret.
+func secretMember(m map[string]any, k string, paired bool) bool {
+	return SecretField(k) || (paired && pairValueKeys[strings.ToLower(k)])
+}
+
+// userFlags take "user:password" as their next argv element (curl -u,
+// --user, --proxy-user, -U): the part after the first colon is redacted.
+var userFlags = map[string]bool{"-u": true, "--user": true, "-U": true, "--proxy-user": true}
+
+// redactUserPass keeps "user:" of a "user:password" flag value.
+func redactUserPass(s string) string {
+	if user, _, ok := strings.Cut(s, ":"); ok {
+		return redactString(user, true) + ":" + Redacted
+	}
+	return redactString(s, true)
+}
+
+// secretPair reports whether l is a [name, value] pair whose name is
+// secret-shaped (["Authorization", "…"]): its second element is redacted.
+func secretPair(l []any) bool {
+	if len(l) != 2 {
+		return false
+	}
+	s, ok := l[0].(string)
+	return ok && SecretField(s)
 }
 
 func redactValue(v any, trunc bool) any {
@@ -116,10 +191,11 @@ func redactValue(v any, trunc bool) any {
 		return redactString(x, trunc)
 	case map[string]any:
 		out := make(map[string]any, len(x))
+		paired := namesSecret(x)
 		for k, val := range x {
 			var v any
 			switch {
-			case SecretField(k):
+			case secretMember(x, k, paired):
 				v = Redacted
 			case strings.EqualFold(k, "env"):
 				v = redactEnv(val)
@@ -177,15 +253,26 @@ func uniqueKey(m map[string]any, k string) string {
 func redactList(l []any, trunc bool) []any {
 	out := make([]any, len(l))
 	secretNext := false
+	if secretPair(l) {
+		return []any{redactValue(l[0], trunc), Redacted}
+	}
+	userNext := false
 	for i, v := range l {
+		s, isString := v.(string)
+		if userNext && isString {
+			userNext = false
+			out[i] = redactUserPass(s)
+			continue
+		}
+		userNext = isString && userFlags[s]
 		if secretNext {
 			secretNext = false
-			if _, ok := v.(string); ok {
+			if isString {
 				out[i] = Redacted
 				continue
 			}
 		}
-		if s, ok := v.(string); ok {
+		if isString {
 			if m := flagRe.FindStringSubmatch(s); m != nil && SecretField(m[1]) {
 				secretNext = true
 			}
@@ -382,9 +469,10 @@ func (e *boundedEncoder) value(v any) {
 	case string:
 		e.scalar(RedactString(x))
 	case map[string]any:
+		paired := namesSecret(x)
 		e.object(x, func(k string) {
 			switch {
-			case SecretField(k):
+			case secretMember(x, k, paired):
 				e.scalar(Redacted)
 			case strings.EqualFold(k, "env"):
 				e.env(x[k])
@@ -394,7 +482,8 @@ func (e *boundedEncoder) value(v any) {
 		})
 	case []any:
 		e.raw([]byte{'['})
-		secretNext := false
+		secretNext, userNext := false, false
+		pair := secretPair(x)
 		for i, el := range x {
 			if e.full {
 				return
@@ -402,7 +491,17 @@ func (e *boundedEncoder) value(v any) {
 			if i > 0 {
 				e.raw([]byte{','})
 			}
+			if pair && i == 1 {
+				e.scalar(Redacted)
+				continue
+			}
 			s, isString := el.(string)
+			if userNext && isString {
+				userNext = false
+				e.scalar(redactUserPass(s))
+				continue
+			}
+			userNext = isString && userFlags[s]
 			switch {
 			case secretNext && isString:
 				e.scalar(Redacted)

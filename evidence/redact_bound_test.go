@@ -32,6 +32,8 @@ func TestBoundedArgsSmallIsRedactedJSON(t *testing.T) {
 	for _, args := range []map[string]any{
 		{"argv": []any{"/usr/bin/mysql", "--password", "hunter2", "<&>"}, "env": map[string]any{"B": "x", "A": "y"}, "n": 1.5, "z": nil},
 		{"url": "https://u:pw@example.com/x", "headers": map[string]any{"accept": "text/html"}, "deep": []any{map[string]any{"token": "t"}, true}},
+		{"split": []any{map[string]any{"name": "X-Api-Key", "value": "v"}, []any{"Authorization", "a"}, []any{"Accept", "json"}},
+			"argv": []any{"curl", "--password", "-u", "bob:pw", "-u", "a:b", "--token", 3.0, "-u", 1.0, "x"}, "privateKey": "k"},
 		{},
 	} {
 		raw, _ := json.Marshal(args)

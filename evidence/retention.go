@@ -49,7 +49,11 @@ type RetainOptions struct {
 	// other process leads), so every expiring event and the retention
 	// event itself are under a signed checkpoint.
 	Signer note.Signer
-	Logger *slog.Logger
+	// HeadDir, with Signer, is where the retention chain's head is copied
+	// (evidence.checkpoint_dir), so Verify holds that chain against it and
+	// does not list it among the chains no head covers.
+	HeadDir string
+	Logger  *slog.Logger
 }
 
 // RetentionStore is what Retain needs of a store beyond its Ledger. Both
@@ -148,6 +152,15 @@ func Retain(ctx context.Context, s RetentionStore, opts RetainOptions) (Retentio
 	}
 	if err != nil {
 		return plan, fmt.Errorf("evidence: retain: retention event: %w", err)
+	}
+	if opts.Signer != nil && opts.HeadDir != "" {
+		hr, err := NewHeadRecorder(w, HeadRecorderOptions{Signer: opts.Signer, Dir: opts.HeadDir, Logger: opts.Logger})
+		if err == nil {
+			err = hr.Record()
+		}
+		if err != nil {
+			return plan, fmt.Errorf("evidence: retain: copy the retention chain's head: %w", err)
+		}
 	}
 	if err := checkpointAll(ctx, s, opts); err != nil {
 		return plan, fmt.Errorf("evidence: retain: checkpoint the retention event: %w", err)

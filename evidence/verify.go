@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -54,6 +55,22 @@ type Report struct {
 	// or why one did not ("rollup: skipped, ...").
 	Checks   []string  `json:"checks,omitempty"`
 	Problems []Problem `json:"problems"`
+	// UnheadedChains, when chain heads were given (VerifyOptions.Heads),
+	// are the chains no head covers: neither a head names the chain nor a
+	// later chain of a head's instance links back to it. Chains need no
+	// secret to write, so a chain of made-up receipts written straight
+	// into the database verifies like any other; the heads are signed with
+	// the checkpoint key. Not a problem by itself (a gateway whose heads
+	// are kept elsewhere, a replica on another host, is listed too), but
+	// each one should be a gateway you know of.
+	UnheadedChains []UnheadedChain `json:"unheaded_chains,omitempty"`
+}
+
+// UnheadedChain is a chain no chain head copied out of the store covers.
+type UnheadedChain struct {
+	ChainID    string `json:"chain_id"`
+	InstanceID string `json:"instance_id"`
+	Events     int64  `json:"events"`
 }
 
 // OK reports whether nothing was wrong.
@@ -142,6 +159,8 @@ type verifier struct {
 	retainedBefore time.Time
 	// cut: chains whose walk stopped at a break (already reported).
 	cut map[uuid.UUID]bool
+	// chainInfo: each stored chain's instance and number of events.
+	chainInfo map[uuid.UUID]UnheadedChain
 }
 
 // verifyLink is a chain_start's link to the chain before it.
@@ -159,7 +178,8 @@ type verifyGap struct {
 
 func verify(ctx context.Context, l Ledger, opts VerifyOptions) (*Report, error) {
 	v := &verifier{l: l, opts: opts, r: &Report{Problems: []Problem{}},
-		hashes: map[uuid.UUID][][]byte{}, expect: map[seqKey][][]byte{}, cut: map[uuid.UUID]bool{}}
+		hashes: map[uuid.UUID][][]byte{}, expect: map[seqKey][][]byte{}, cut: map[uuid.UUID]bool{},
+		chainInfo: map[uuid.UUID]UnheadedChain{}}
 	// Anchors are opened first: their signatures do not depend on the
 	// store, and the leaf walk checks external checkpoints as it goes.
 	v.openAnchors()
@@ -176,6 +196,7 @@ func verify(ctx context.Context, l Ledger, opts VerifyOptions) (*Report, error) 
 		return nil, err
 	}
 	verifyHeads(v.r, v.heads, v.hashes, v.headLeaves)
+	v.listUnheaded()
 	if err := checkDerived(ctx, l, v.r, v.rollups, v.cells, v.ruleCells, v.retainedBefore); err != nil {
 		return nil, err
 	}
@@ -227,6 +248,11 @@ func (v *verifier) walkChains(ctx context.Context) error {
 		v.r.Chains++
 		v.r.Events += int64(len(evs))
 		v.hashes[ch.ChainID] = v.walkChain(ch.ChainID, evs)
+		info := UnheadedChain{ChainID: ch.ChainID.String(), Events: int64(len(evs))}
+		if len(evs) > 0 {
+			info.InstanceID = evs[0].InstanceID
+		}
+		v.chainInfo[ch.ChainID] = info
 		if ch.MaxSeq > v.treeHeads[ch.ChainID] {
 			v.r.NotCheckpointed += ch.MaxSeq - v.treeHeads[ch.ChainID]
 		}
@@ -613,4 +639,31 @@ func checkDerived(ctx context.Context, l Ledger, r *Report, rollups RollupReader
 		r.add("rollup", "%d more hourly counts do not match the checkpointed decisions", bad-maxReported)
 	}
 	return nil
+}
+
+// listUnheaded fills Report.UnheadedChains when chain heads were given: a
+// head covers its chain and, through the chain_start links, every earlier
+// chain of its instance.
+func (v *verifier) listUnheaded() {
+	if len(v.heads) == 0 {
+		return
+	}
+	prevOf := map[uuid.UUID]uuid.UUID{}
+	for _, l := range v.links {
+		if p, err := uuid.Parse(l.PrevChainID); err == nil {
+			prevOf[l.chain] = p
+		}
+	}
+	covered := map[uuid.UUID]bool{}
+	for _, h := range v.heads {
+		for c, ok := h.ChainID, true; ok && !covered[c]; c, ok = prevOf[c] {
+			covered[c] = true
+		}
+	}
+	for id, info := range v.chainInfo {
+		if !covered[id] {
+			v.r.UnheadedChains = append(v.r.UnheadedChains, info)
+		}
+	}
+	slices.SortFunc(v.r.UnheadedChains, func(a, b UnheadedChain) int { return strings.Compare(a.ChainID, b.ChainID) })
 }

@@ -403,6 +403,10 @@ func runVerify(ctx context.Context, cfgPath, key string, external, dirs []string
 		out.Warnings = append(out.Warnings, fmt.Sprintf("the store holds %d signed checkpoint(s) but %s has no copy of any: the copies were deleted, or the gateway writes them elsewhere",
 			r.Checkpoints, strings.Join(out.AnchorDirs, ", ")))
 	}
+	for _, u := range r.UnheadedChains {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("chain %s (instance %q, %d events) is covered by no chain head copied out: written by a gateway whose heads are kept elsewhere, or straight into the database",
+			u.ChainID, u.InstanceID, u.Events))
+	}
 	out.Report = r
 	return nil
 }

@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"github.com/spf13/cobra"
 	"io"
+	"log/slog"
 	"os"
 	"os/user"
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/mod/sumdb/note"
 
+	"github.com/portcullis/portcullis/cmd/gateway/internal/config"
 	"github.com/portcullis/portcullis/evidence"
 )
 
@@ -59,9 +62,36 @@ func openHoldStore(ctx context.Context, cfgPath string) (evidence.HoldStore, *ev
 	return hs, w, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = w.Close(ctx)
+		if err := w.Close(ctx); err == nil {
+			if err := recordHoldHead(cfg, w); err != nil {
+				fmt.Fprintf(os.Stderr, "warning: the hold chain's head was not copied to evidence.checkpoint_dir (evidence verify will list the chain as unheaded): %v\n", err)
+			}
+		}
 		st.Close()
 	}, nil
+}
+
+// recordHoldHead copies the hold chain's head to evidence.checkpoint_dir,
+// signed with the checkpoint key, as serve does for its own chain, so
+// `evidence verify` holds the chain against it and does not list it among
+// the chains no head covers. Nothing to do without a key or a directory.
+func recordHoldHead(cfg config.Config, w *evidence.Writer) error {
+	if cfg.Evidence.SigningKey == "" || cfg.Evidence.CheckpointDir == "" {
+		return nil
+	}
+	skey, err := signingKey(cfg, false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	signer, err := note.NewSigner(skey)
+	if err != nil {
+		return fmt.Errorf("evidence.signing_key: %w", err)
+	}
+	r, err := evidence.NewHeadRecorder(w, evidence.HeadRecorderOptions{Signer: signer, Dir: cfg.Evidence.CheckpointDir})
+	if err != nil {
+		return err
+	}
+	return r.Record()
 }
 
 // operator names who runs the CLI when --by is not given: there are no API

@@ -52,7 +52,7 @@ func evidenceRetainCmd() *cobra.Command {
 		}
 		plan, err := evidence.Retain(ctx, store, evidence.RetainOptions{
 			Retention: cfg.Evidence.Retention.Std(), Now: time.Now(), DryRun: *dryRun,
-			InstanceID: inst + "/retention", Signer: signer, Logger: log,
+			InstanceID: inst + "/retention", Signer: signer, HeadDir: cfg.Evidence.CheckpointDir, Logger: log,
 		})
 		verb := "dropped"
 		if *dryRun {

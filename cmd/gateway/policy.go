@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/spf13/cobra"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -196,12 +197,35 @@ func (r evidenceRecorder) PolicyActivated(ctx context.Context, a bundles.Activat
 }
 
 func (r evidenceRecorder) ShadowDiff(ctx context.Context, d bundles.ShadowDiff) error {
-	body, err := json.Marshal(d)
+	body, err := shadowDiffBody(d)
 	if err != nil {
 		return err
 	}
 	return r.w.Append(ctx, evidence.Event{Kind: evidence.KindShadowDiff, PolicyRevision: d.LiveRevision,
 		PrincipalID: d.PrincipalID, Tool: d.Tool, SessionID: d.SessionID, CallID: d.CallID, Body: body})
+}
+
+// shadowDiffBody is the body of a shadow_diff evidence event. Both
+// decisions are kept as a receipt keeps one: reasons through the
+// redactor (they may quote the call's input), env.set by name only (its
+// values may be secrets the policy injects).
+func shadowDiffBody(d bundles.ShadowDiff) ([]byte, error) {
+	d.Live, d.Shadow = redactDecision(d.Live), redactDecision(d.Shadow)
+	return json.Marshal(d)
+}
+
+// redactDecision is d with its reasons redacted and bounded and its
+// env.set values replaced by evidence.Redacted.
+func redactDecision(d wire.Decision) wire.Decision {
+	d.Reasons = evidence.BoundReasons(d.Reasons)
+	if d.Env.Set != nil {
+		set := make(map[string]string, len(d.Env.Set))
+		for k := range d.Env.Set {
+			set[evidence.RedactString(k)] = evidence.Redacted
+		}
+		d.Env.Set = set
+	}
+	return d
 }
 
 func policyCmd() *cobra.Command {
@@ -514,24 +538,38 @@ func sortedCopy(s []string) []string {
 
 // archivedBundle loads the archived bundle (data_dir/bundles/<digest>.tar.gz)
 // whose revision is rev; the archive names only the digest, so each is
-// loaded until one matches.
+// loaded and checked. A revision is whatever the bundle's author wrote, so
+// two archived bundles may share one: the receipt cannot say which decided
+// it, and replay refuses rather than pick one.
 func archivedBundle(ctx context.Context, engine *policies.Engine, dir, rev string) (string, policies.Info, error) {
 	paths, _ := filepath.Glob(filepath.Join(dir, "*.tar.gz"))
 	sort.Strings(paths)
+	var found []string
+	var fsys fs.FS
+	var path string
 	for _, p := range paths {
-		fsys, err := bundles.Open(p)
+		f, err := bundles.Open(p)
 		if err != nil {
 			continue
 		}
 		scratch := policies.NewEngine(policies.Options{Logger: slog.New(slog.DiscardHandler)})
-		info, err := scratch.Load(ctx, fsys, p)
+		info, err := scratch.Load(ctx, f, p)
 		if err != nil || info.Revision != rev {
 			continue
 		}
-		info, err = engine.Load(ctx, fsys, p)
-		return p, info, err
+		found = append(found, info.Digest)
+		fsys, path = f, p
 	}
-	return "", policies.Info{}, fmt.Errorf("policy replay: no bundle of revision %s in %s (kept from activation on); pass --bundle", rev, dir)
+	switch len(found) {
+	case 0:
+		return "", policies.Info{}, fmt.Errorf("policy replay: no bundle of revision %s in %s (kept from activation on); pass --bundle", rev, dir)
+	case 1:
+		info, err := engine.Load(ctx, fsys, path)
+		return path, info, err
+	default:
+		return "", policies.Info{}, fmt.Errorf("policy replay: %d archived bundles in %s carry revision %s (digests %s); the receipt names only the revision, so pass the one that decided it with --bundle",
+			len(found), dir, rev, strings.Join(found, ", "))
+	}
 }
 
 // memoMetrics count the live bundle's decisions answered from its memo

@@ -205,3 +205,46 @@ func testVerifyRollups(t *testing.T, open func(t *testing.T) evidence.Store) {
 		})
 	}
 }
+
+// testVerifyUnheadedChain: chains need no secret to write, so whoever can
+// write the database can add a whole chain of made-up receipts that links
+// and hashes correctly, under an instance id no gateway uses; the
+// checkpointer would then sign it. What no such writer has is the
+// checkpoint key that signs chain heads: with heads given, Verify lists
+// every chain no head covers (itself, or a later chain of its instance
+// linking back to it), so a restarted instance is not listed and the
+// made-up chain is.
+func testVerifyUnheadedChain(t *testing.T, open func(t *testing.T) evidence.Store) {
+	s := open(t)
+	l := ledger(t, s)
+	k := newKeys(t, "test.portcullis/evidence")
+	fill(t, s, "inst-a", 2) // inst-a's first process
+	w := evidence.NewWriter(s, evidence.WriterOptions{InstanceID: "inst-a"})
+	d := decision(t, "inst-a-restarted")
+	if err := w.Append(ctxFor(t), d); err != nil {
+		t.Fatal(err)
+	}
+	chain, seq, hash, ok := w.Head()
+	if !ok {
+		t.Fatal("writer has no head")
+	}
+	head, err := evidence.SignChainHead(k.signer, "inst-a", chain, seq, hash, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeWriter(t, w)
+	heads := evidence.VerifyOptions{Heads: [][]byte{[]byte(head.Note)}}
+	if r := verifyWith(t, l, k, heads); !r.OK() || len(r.UnheadedChains) != 0 {
+		t.Fatalf("Verify of two chains of one headed instance = %+v, unheaded %+v; want OK, none unheaded", r.Problems, r.UnheadedChains)
+	}
+	forged := fill(t, s, "inst-made-up", 2)
+	r := verifyWith(t, l, k, heads)
+	if len(r.UnheadedChains) != 1 || r.UnheadedChains[0].InstanceID != "inst-made-up" || r.UnheadedChains[0].Events != 5 {
+		t.Fatalf("Verify after a made-up chain (receipts %s, %s) was added: unheaded %+v, want the inst-made-up chain of 5 events",
+			forged[0].ID, forged[1].ID, r.UnheadedChains)
+	}
+	// Without heads there is nothing to hold chains against: none listed.
+	if r := verifyWith(t, l, k, evidence.VerifyOptions{}); len(r.UnheadedChains) != 0 {
+		t.Fatalf("Verify without heads listed unheaded chains %+v", r.UnheadedChains)
+	}
+}

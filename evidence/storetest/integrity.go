@@ -198,16 +198,19 @@ func testTampering(t *testing.T, open func(t *testing.T) evidence.Store) {
 		// tamper returns the statements to run given the decisions.
 		tamper   func(t *testing.T, ds []evidence.Event, k keys, l evidence.Ledger) []string
 		wantKind string
+		// others is how many receipts a second instance ("inst-b")
+		// writes before the checkpoint, for the splice case.
+		others int
 	}{
 		{"altered row", func(t *testing.T, ds []evidence.Event, _ keys, _ evidence.Ledger) []string {
 			return []string{fmt.Sprintf("UPDATE evidence_events SET tool = 'Forged' WHERE id = '%s'", ds[1].ID)}
-		}, "altered_event"},
+		}, "altered_event", 0},
 		{"missing sequence", func(t *testing.T, ds []evidence.Event, _ keys, _ evidence.Ledger) []string {
 			return []string{fmt.Sprintf("DELETE FROM evidence_events WHERE id = '%s'", ds[1].ID)}
-		}, "missing_sequence"},
+		}, "missing_sequence", 0},
 		{"deleted tail", func(t *testing.T, ds []evidence.Event, _ keys, _ evidence.Ledger) []string {
 			return []string{fmt.Sprintf("DELETE FROM evidence_events WHERE receipt_id = '%s'", ds[len(ds)-1].ID)}
-		}, "deleted_tail"},
+		}, "deleted_tail", 0},
 		{"forged checkpoint", func(t *testing.T, _ []evidence.Event, _ keys, l evidence.Ledger) []string {
 			cp, err := l.LatestCheckpoint(ctxFor(t))
 			if err != nil {
@@ -218,7 +221,25 @@ func testTampering(t *testing.T, open func(t *testing.T) evidence.Store) {
 				t.Fatal(err)
 			}
 			return []string{fmt.Sprintf("UPDATE evidence_checkpoints SET note = '%s' WHERE tree_size = %d", forged.Note, cp.Size)}
-		}, "forged_checkpoint"},
+		}, "forged_checkpoint", 0},
+		// Two decisions of one chain swap places (d1 sits two after d2
+		// in the chain: each receipt is a decision and an outcome).
+		{"reordered", func(t *testing.T, ds []evidence.Event, _ keys, _ evidence.Ledger) []string {
+			return []string{
+				fmt.Sprintf("UPDATE evidence_events SET chain_seq = -chain_seq WHERE id = '%s'", ds[2].ID),
+				fmt.Sprintf("UPDATE evidence_events SET chain_seq = chain_seq + 2 WHERE id = '%s'", ds[1].ID),
+				fmt.Sprintf("UPDATE evidence_events SET chain_seq = -chain_seq - 2 WHERE id = '%s'", ds[2].ID),
+			}
+		}, "altered_event", 0},
+		// Another instance's chain, hashed and linked by its own writer,
+		// is relabelled onto the tail of inst-a's chain, as if inst-a had
+		// made those calls.
+		{"spliced from another instance", func(t *testing.T, ds []evidence.Event, _ keys, _ evidence.Ledger) []string {
+			return []string{
+				"UPDATE evidence_events SET chain_id = (SELECT chain_id FROM evidence_events WHERE instance_id = 'inst-a' LIMIT 1), " +
+					"chain_seq = chain_seq + 9, instance_id = 'inst-a' WHERE instance_id = 'inst-b'",
+			}
+		}, "altered_event", 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -235,7 +256,12 @@ func testTampering(t *testing.T, open func(t *testing.T) evidence.Store) {
 				t.Fatal(err)
 			}
 			ds := fill(t, s, "inst-a", 4)
-			pass(t, c, 9)
+			size := int64(9)
+			if tc.others > 0 {
+				fill(t, s, "inst-b", tc.others)
+				size += 1 + 2*int64(tc.others)
+			}
+			pass(t, c, size)
 			if r := verify(t, l, k); !r.OK() {
 				t.Fatalf("Verify before tampering: %+v", r.Problems)
 			}

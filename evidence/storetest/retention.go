@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,6 +108,7 @@ func testRetention(t *testing.T, s evidence.Store) {
 	}
 
 	opts.DryRun = false
+	opts.HeadDir = t.TempDir()
 	if _, err := evidence.Retain(ctx, rs, opts); err != nil {
 		t.Fatalf("Retain: %v", err)
 	}
@@ -125,10 +127,18 @@ func testRetention(t *testing.T, s evidence.Store) {
 	if !r.OK() || r.Retained != 14 || r.RetainedBefore != wantBefore || r.Checkpoints == 0 || r.NotCheckpointed != 0 {
 		t.Fatalf("Verify after retention = %+v; want OK, 14 retained before %s, all checkpointed", r, wantBefore)
 	}
-	// The retention event is chained under its own instance.
+	// The retention event is chained under its own instance, whose head
+	// was copied out: with it, Verify lists the retention chain as headed.
 	chain, seq, _, err := s.ChainHead(ctx, "retention")
 	if err != nil || seq != 2 {
 		t.Fatalf("retention chain head = %s seq %d, %v; want a chain_start and the retention event", chain, seq, err)
+	}
+	af, err := evidence.ReadAnchorDir(opts.HeadDir)
+	if err != nil || len(af.Heads) != 1 {
+		t.Fatalf("retention chain head copied out: %+v, %v; want one head", af, err)
+	}
+	if r := verifyWith(t, rs, k, evidence.VerifyOptions{Heads: af.Heads}); !r.OK() || slices.ContainsFunc(r.UnheadedChains, func(u evidence.UnheadedChain) bool { return u.ChainID == chain.String() }) {
+		t.Fatalf("Verify with the retention head = %+v, unheaded %+v; want OK, the retention chain headed", r.Problems, r.UnheadedChains)
 	}
 	evs := chainEvents(t, s, chain)
 	if evs[1].Kind != evidence.KindRetention {

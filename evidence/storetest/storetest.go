@@ -91,6 +91,7 @@ func Run(t *testing.T, open func(t *testing.T) evidence.Store) {
 		{"VerifyEmpty", testVerifyEmpty},
 		{"VerifyDeletedTail", testVerifyDeletedTail},
 		{"VerifyRollups", testVerifyRollups},
+		{"VerifyUnheadedChain", testVerifyUnheadedChain},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
