@@ -120,24 +120,15 @@ func (s *setupHold) holds(rw []string) bool {
 
 // extend holds, from now on, the running calls that could change paths
 // too: called with every path bwrap will resolve, before it starts.
-func (s *setupHold) extend(paths []string) {
-	f := s.f
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if s.done {
-		return
-	}
-	s.paths = append(s.paths, paths...)
-	for rc := range f.running {
-		if !slices.Contains(s.held, rc) && above(rc.rw, paths) {
-			s.hold(rc)
-		}
-	}
-}
+func (s *setupHold) extend(paths []string) { s.add(nil, paths) }
 
 // extendRoots is extend for trees: the running calls whose read-write
 // grants overlap roots are held from now on.
-func (s *setupHold) extendRoots(roots []string) {
+func (s *setupHold) extendRoots(roots []string) { s.add(roots, nil) }
+
+// add widens the setup's roots and paths and holds the running calls the
+// wider setup must stop (holds) that it does not hold yet.
+func (s *setupHold) add(roots, paths []string) {
 	f := s.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -145,8 +136,9 @@ func (s *setupHold) extendRoots(roots []string) {
 		return
 	}
 	s.roots = append(s.roots, roots...)
+	s.paths = append(s.paths, paths...)
 	for rc := range f.running {
-		if !slices.Contains(s.held, rc) && overlaps(rc.rw, roots) {
+		if !slices.Contains(s.held, rc) && (overlaps(rc.rw, roots) || above(rc.rw, paths)) {
 			s.hold(rc)
 		}
 	}
