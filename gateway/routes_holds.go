@@ -3,7 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 
@@ -33,11 +32,12 @@ func (s *Server) holdStore() (evidence.HoldStore, error) {
 	return hs, nil
 }
 
-// readHoldBody decodes a JSON body strictly into v.
-func readHoldBody(c echo.Context, v any) error {
-	b, err := io.ReadAll(c.Request().Body)
-	if err != nil {
-		return err
+// readHoldBody decodes a JSON body strictly into v; the body is read
+// through max_body_bytes like every other route's (more is too_large).
+func (s *Server) readHoldBody(c echo.Context, v any) error {
+	b, we := s.readBody(c)
+	if we != nil {
+		return we
 	}
 	if err := decodeStrict(b, v); err != nil {
 		var te *json.UnmarshalTypeError
@@ -85,7 +85,7 @@ func (s *Server) placeHold(c echo.Context) error {
 		return err
 	}
 	var req wire.HoldRequest
-	if err := readHoldBody(c, &req); err != nil {
+	if err := s.readHoldBody(c, &req); err != nil {
 		return err
 	}
 	p, _ := principalOf(c)
@@ -150,7 +150,7 @@ func (s *Server) releaseHold(c echo.Context) error {
 		return err
 	}
 	var req wire.HoldReleaseRequest
-	if err := readHoldBody(c, &req); err != nil {
+	if err := s.readHoldBody(c, &req); err != nil {
 		return err
 	}
 	p, _ := principalOf(c)

@@ -116,7 +116,7 @@ func (s *Server) approveUpstreamTool(c echo.Context) error {
 		return wire.Errorf(wire.CodeNotFound, "no upstreams are configured")
 	}
 	var req approveRequest
-	if err := readHoldBody(c, &req); err != nil {
+	if err := s.readHoldBody(c, &req); err != nil {
 		return err
 	}
 	if len(req.DefinitionSHA256) != 64 {
