@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -49,6 +50,41 @@ const MaxPendingApprovals = 100
 
 // maxWait bounds GET /v1/tool-calls/{id}?wait=.
 const maxWait = 5 * time.Minute
+
+// maxWaitsPerPrincipal bounds how many GET /v1/tool-calls/{id}?wait= one
+// principal (by id) holds open at once: each polls the store every
+// PollInterval for up to maxWait, so without a bound one agent's requests
+// would multiply into store load for everyone. Past it, 429 rate_limited.
+const maxWaitsPerPrincipal = 8
+
+// waiters counts the open waits of each principal id.
+type waiters struct {
+	mu   sync.Mutex
+	byID map[string]int
+}
+
+// enter takes one of id's wait slots; false when all are held. Give it
+// back with leave.
+func (w *waiters) enter(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byID[id] >= maxWaitsPerPrincipal {
+		return false
+	}
+	if w.byID == nil {
+		w.byID = map[string]int{}
+	}
+	w.byID[id]++
+	return true
+}
+
+func (w *waiters) leave(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byID[id]--; w.byID[id] <= 0 {
+		delete(w.byID, id)
+	}
+}
 
 // storedAnswer is a parked call's final answer as the store keeps it.
 type storedAnswer struct {

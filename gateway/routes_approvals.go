@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -194,6 +195,15 @@ func (s *Server) getToolCall(c echo.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	if wait > 0 {
+		if !s.waits.enter(p.ID) {
+			c.Response().Header().Set("Retry-After", "5")
+			return &wire.Error{Code: wire.CodeRateLimited,
+				Message: fmt.Sprintf("this principal already holds %d waiting reads of tool calls open; wait for one to end, or poll without wait", maxWaitsPerPrincipal),
+				Details: map[string]any{"reason": "concurrent_waits", "limit": maxWaitsPerPrincipal}}
+		}
+		defer s.waits.leave(p.ID)
 	}
 	status, resp, err := s.awaitFinal(c.Request().Context(), id, wait, nil)
 	if err != nil {

@@ -158,6 +158,9 @@ type Server struct {
 	// runs are the approved parked calls this process runs now
 	// (approvals_recover.go).
 	runs runClaims
+	// waits are the open GET /v1/tool-calls/{id}?wait= reads, by
+	// principal (approvals.go).
+	waits waiters
 }
 
 // New builds the server and its routes.
