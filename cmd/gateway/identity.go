@@ -73,10 +73,15 @@ func openIdentity(ctx context.Context, cfg config.Config, log *slog.Logger) (*id
 }
 
 func jwtConfig(j config.JWT, reserved []string, log *slog.Logger) identity.JWTConfig {
+	leeway := j.Leeway.Std()
+	if leeway == 0 {
+		// The config's 0s is none, not the verifier's zero-value default.
+		leeway = identity.NoLeeway
+	}
 	return identity.JWTConfig{
 		Issuer: j.Issuer, Audience: j.Audience, JWKSURL: j.JWKSURL, JWKSFile: j.JWKSFile,
 		Algorithms: j.Algorithms, PrincipalClaim: j.PrincipalClaim, RolesClaim: j.RolesClaim,
-		PrincipalPrefix: j.PrincipalPrefix, ReservedIDs: reserved, Leeway: j.Leeway.Std(),
+		PrincipalPrefix: j.PrincipalPrefix, ReservedIDs: reserved, Leeway: leeway,
 		RefreshInterval: j.JWKSRefreshInterval.Std(), MinRefetchInterval: j.JWKSMinRefetchInterval.Std(),
 		FetchTimeout: j.JWKSFetchTimeout.Std(), Logger: log,
 	}

@@ -59,6 +59,10 @@ const (
 	AuthMTLS   = "mtls"
 )
 
+// NoLeeway as JWTConfig.Leeway allows no clock skew at all (zero there
+// means the default).
+const NoLeeway time.Duration = -1
+
 // JWTConfig configures a JWTVerifier (auth.jwt).
 type JWTConfig struct {
 	Issuer   string
@@ -82,7 +86,8 @@ type JWTConfig struct {
 	// principal id is one of them is refused, so no token can act as a
 	// principal the operator configured with a key or a certificate.
 	ReservedIDs []string
-	// Leeway is the clock skew allowed on exp, nbf and iat (default 60s).
+	// Leeway is the clock skew allowed on exp, nbf and iat (default 60s
+	// when zero; NoLeeway, or any negative value, allows none).
 	Leeway time.Duration
 	// RefreshInterval is how often the key set is refetched in the
 	// background (default 10m).
@@ -144,8 +149,11 @@ func NewJWTVerifier(ctx context.Context, cfg JWTConfig) (*JWTVerifier, error) {
 	if v.cfg.PrincipalClaim == "" {
 		v.cfg.PrincipalClaim = "sub"
 	}
-	if v.cfg.Leeway == 0 {
+	switch {
+	case v.cfg.Leeway == 0:
 		v.cfg.Leeway = 60 * time.Second
+	case v.cfg.Leeway < 0:
+		v.cfg.Leeway = 0
 	}
 	if v.cfg.RefreshInterval <= 0 {
 		v.cfg.RefreshInterval = 10 * time.Minute
