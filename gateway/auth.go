@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"maps"
 	"time"
 
@@ -47,7 +48,7 @@ func (s *Server) initAuth() {
 }
 
 // identify resolves a request's caller. The Authorization header, when
-// present, is the credential and the only one: a token that is a JWT is
+// present, is the credential and the only one (several are refused): a token that is a JWT is
 // judged as a JWT (with auth.jwt configured) and never falls back to the
 // API keys, whatever its signature says; anything else is an API key.
 // Without the header, a client certificate verified at the TLS handshake
@@ -55,6 +56,12 @@ func (s *Server) initAuth() {
 // request body or other headers ever does.
 func (s *Server) identify(c echo.Context) (wire.Principal, string, error) {
 	r := c.Request()
+	if n := len(r.Header.Values(echo.HeaderAuthorization)); n > 1 {
+		// Not a list header: with several, a proxy in front may have
+		// judged another one than the gateway would read.
+		return wire.Principal{}, "", &identity.Failure{Reason: identity.ReasonMultipleCredentials,
+			Message: fmt.Sprintf("the request has %d Authorization headers; send exactly one", n)}
+	}
 	h := r.Header.Get(echo.HeaderAuthorization)
 	if h != "" {
 		const prefix = "Bearer "

@@ -187,3 +187,44 @@ func TestAuthClientCertificate(t *testing.T) {
 		t.Errorf("nothing at all: %d", st)
 	}
 }
+
+// TestAuthOneAuthorizationHeader: Authorization is not a list header, and
+// a request carrying several is ambiguous: a proxy in front may judge one
+// while the gateway reads another (the first). Such a request is refused
+// 401 (details.reason multiple_credentials), in either order, whatever each
+// one holds.
+func TestAuthOneAuthorizationHeader(t *testing.T) {
+	t.Parallel()
+	ev := &memEvidence{}
+	s := New(Options{
+		Keys:   []Key{{SHA256: sha256.Sum256([]byte("one-good-key")), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
+		Policy: fakePolicy{allow: true}, Evidence: ev, Receipts: ev, Tools: []tools.Tool{&countingTool{}},
+		InstanceID: "test", MaxBodyBytes: 4096, OpenAPI: OpenAPIDocument,
+	})
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	for _, hs := range [][]string{
+		{"Bearer one-good-key", "Bearer some-other-key"},
+		{"Bearer some-other-key", "Bearer one-good-key"},
+		{"Bearer one-good-key", "Bearer one-good-key"},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/tool-calls", strings.NewReader(`{"tool":"Count","input":{}}`))
+		for _, h := range hs {
+			req.Header.Add("Authorization", h)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out wire.ToolCallResponse
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || out.Output.Error == nil || out.Output.Error.Details["reason"] != identity.ReasonMultipleCredentials {
+			t.Errorf("headers %q: got %d %+v, want 401 multiple_credentials", hs, resp.StatusCode, out.Output.Error)
+		}
+	}
+	// One header still works.
+	if st, out := post(t, ts.URL, "one-good-key", `{"tool":"Count","input":{}}`); st != http.StatusOK {
+		t.Errorf("one Authorization header: %d %+v", st, out.Output.Error)
+	}
+}
