@@ -51,10 +51,12 @@ const MaxPendingApprovals = 100
 // maxWait bounds GET /v1/tool-calls/{id}?wait=.
 const maxWait = 5 * time.Minute
 
-// maxWaitsPerPrincipal bounds how many GET /v1/tool-calls/{id}?wait= one
-// principal (by id) holds open at once: each polls the store every
-// PollInterval for up to maxWait, so without a bound one agent's requests
-// would multiply into store load for everyone. Past it, 429 rate_limited.
+// maxWaitsPerPrincipal bounds how many waits for parked calls one
+// principal (by id) holds open at once, GET /v1/tool-calls/{id}?wait= and
+// MCP tools/call (approvals.mcp_wait) together: each polls the store every
+// PollInterval, so without a bound one agent's requests would multiply
+// into store load for everyone. Past it, GET ?wait= is 429 rate_limited and
+// an MCP call answers its pending approval without waiting.
 const maxWaitsPerPrincipal = 8
 
 // waiters counts the open waits of each principal id.
@@ -480,8 +482,9 @@ func (s *Server) awaitFinal(ctx context.Context, receipt uuid.UUID, wait time.Du
 // parked (202 approval_required), it waits up to approvals.mcp_wait for
 // its end, calling progress at each poll (for notifications/progress when
 // the client gave a progress token), and answers the final response, or
-// the pending one naming the approval id.
-func (s *Server) AwaitApproval(ctx context.Context, status int, resp wire.ToolCallResponse, progress func(elapsed, total time.Duration)) (int, wire.ToolCallResponse) {
+// the pending one naming the approval id. The wait counts against
+// principalID's maxWaitsPerPrincipal; with none left it does not wait.
+func (s *Server) AwaitApproval(ctx context.Context, principalID string, status int, resp wire.ToolCallResponse, progress func(elapsed, total time.Duration)) (int, wire.ToolCallResponse) {
 	wait := s.opts.Approvals.MCPWait
 	if resp.Approval == nil || status != http.StatusAccepted || wait <= 0 || s.opts.Controls == nil {
 		return status, resp
@@ -490,6 +493,12 @@ func (s *Server) AwaitApproval(ctx context.Context, status int, resp wire.ToolCa
 	if err != nil {
 		return status, resp
 	}
+	// The same allowance as GET ?wait=: with all of it held, answer the
+	// pending approval now and let the client poll.
+	if !s.waits.enter(principalID) {
+		return status, resp
+	}
+	defer s.waits.leave(principalID)
 	var cb func(time.Duration)
 	if progress != nil {
 		cb = func(e time.Duration) { progress(e, wait) }

@@ -118,3 +118,47 @@ func TestToolCallWaitsBounded(t *testing.T) {
 		t.Errorf("after the waits ended: %d %+v, want 202 pending", status, we)
 	}
 }
+
+// TestMCPApprovalWaitsBounded: an MCP tools/call whose call is parked
+// waits for it (approvals.mcp_wait) through the same per-principal
+// allowance as GET ?wait=: with the principal's waits all held, the call
+// answers its pending approval at once (the client polls) instead of
+// adding another poller.
+func TestMCPApprovalWaitsBounded(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "evidence.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := New(Options{Policy: fakePolicy{allow: true}, Controls: st, OpenAPI: OpenAPIDocument,
+		Approvals: ApprovalOptions{MCPWait: time.Minute}})
+	now := time.Now()
+	pc := evidence.ParkedCall{ID: uuid.New(), ReceiptID: uuid.New(), Status: wire.ApprovalPending,
+		Principal: wire.Principal{ID: "mcp-agent", Roles: []string{wire.RoleAgent}}, Tool: "Exec",
+		Input: json.RawMessage(`{}`), Args: json.RawMessage(`{}`), Reason: "test", Approvers: []string{"role:approver"},
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := st.ParkCall(context.Background(), pc); err != nil {
+		t.Fatal(err)
+	}
+	pending := wire.ToolCallResponse{ReceiptID: pc.ReceiptID.String(), Approval: &wire.ApprovalRef{ID: pc.ID.String(), Status: wire.ApprovalPending}}
+	for _, full := range []bool{false, true} {
+		if full {
+			for range maxWaitsPerPrincipal {
+				if !srv.waits.enter("mcp-agent") {
+					t.Fatal("could not fill the allowance")
+				}
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		polled := 0
+		status, _ := srv.AwaitApproval(ctx, "mcp-agent", http.StatusAccepted, pending, func(time.Duration, time.Duration) { polled++ })
+		cancel()
+		if status != http.StatusAccepted {
+			t.Errorf("full=%v: status %d, want the pending 202", full, status)
+		}
+		if waited := polled > 0; waited == full {
+			t.Errorf("full=%v: polled %d times; want a wait only with room in the allowance", full, polled)
+		}
+	}
+}

@@ -295,7 +295,7 @@ func (s *Server) mcpToolsCall(ctx context.Context, ps *mcpServer, req *mcp.CallT
 				Progress: elapsed.Seconds(), Total: total.Seconds(), Message: "waiting for a person to approve the call"})
 		}
 	}
-	status, resp = s.AwaitApproval(callCtx, status, resp, progress) // a parked call: wait up to approvals.mcp_wait (approvals.go)
+	status, resp = s.AwaitApproval(callCtx, ps.p.ID, status, resp, progress) // a parked call: wait up to approvals.mcp_wait (approvals.go)
 	out := map[string]any{"portcullis/status": status}
 	if resp.ReceiptID != "" {
 		out["portcullis/receipt_id"] = resp.ReceiptID
