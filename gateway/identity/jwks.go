@@ -83,12 +83,27 @@ type jwks struct {
 	lastErr     atomic.Pointer[string]
 }
 
-// source names where the keys come from, for messages.
+// source names where the keys come from, for messages: the URL without
+// its password or query, which may hold credentials.
 func (j *jwks) source() string {
 	if j.file != "" {
 		return j.file
 	}
-	return j.url
+	return ShownURL(j.url)
+}
+
+// ShownURL is raw as logs and messages may show it: without the password
+// of its userinfo and without its query (either may be a credential).
+func ShownURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "REDACTED"
+	}
+	u.Fragment, u.RawFragment = "", ""
+	return u.Redacted()
 }
 
 // lookup returns the keys with kid, refetching the set once (rate limited)
@@ -177,13 +192,18 @@ func (j *jwks) read(ctx context.Context) ([]byte, error) {
 	req.Header.Set("Accept", "application/jwk-set+json, application/json")
 	resp, err := j.client.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			// url.Error shows the whole URL, query included.
+			return nil, fmt.Errorf("GET %s: %w", j.source(), ue.Err)
+		}
 		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: HTTP %d", j.url, resp.StatusCode)
+		return nil, fmt.Errorf("GET %s: HTTP %d", j.source(), resp.StatusCode)
 	}
-	return readBounded(resp.Body, j.url)
+	return readBounded(resp.Body, j.source())
 }
 
 func readBounded(r io.Reader, name string) ([]byte, error) {
@@ -291,7 +311,7 @@ func newJWKSClient(timeout time.Duration) *http.Client {
 func CheckJWKSURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("want an https:// URL, got %q", raw)
+		return fmt.Errorf("want an https:// URL, got %q", ShownURL(raw))
 	}
 	switch u.Scheme {
 	case "https":
@@ -304,7 +324,7 @@ func CheckJWKSURL(raw string) error {
 		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 			return nil
 		}
-		return fmt.Errorf("http:// is accepted only for a loopback host; the issuer's keys must come over https, got %q", raw)
+		return fmt.Errorf("http:// is accepted only for a loopback host; the issuer's keys must come over https, got %q", ShownURL(raw))
 	}
-	return fmt.Errorf("want an https:// URL, got %q", raw)
+	return fmt.Errorf("want an https:// URL, got %q", ShownURL(raw))
 }

@@ -181,7 +181,7 @@ func NewJWTVerifier(ctx context.Context, cfg JWTConfig) (*JWTVerifier, error) {
 		if cfg.JWKSFile != "" {
 			return nil, fmt.Errorf("auth.jwt.jwks_file: %w", err)
 		}
-		v.log.Error("auth.jwt: the issuer's key set could not be fetched; JWTs are refused 503 until it is (retrying)", "jwks_url", cfg.JWKSURL, "err", err)
+		v.log.Error("auth.jwt: the issuer's key set could not be fetched; JWTs are refused 503 until it is (retrying)", "jwks_url", ShownURL(cfg.JWKSURL), "err", err)
 	}
 	return v, nil
 }

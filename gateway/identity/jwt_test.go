@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -15,6 +16,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -593,5 +595,59 @@ func TestRolesAndClaimPaths(t *testing.T) {
 	claims = map[string]any{"https://example.com/roles": "agent approver root"}
 	if got := v.roles(claims); !slices.Equal(got, []string{"agent", "approver"}) {
 		t.Errorf("dotted whole-name roles = %v", got)
+	}
+}
+
+// TestJWKSURLCredentialsNotShown: a jwks_url may carry basic-auth
+// credentials (https://user:password@idp/...), which the fetch uses. The
+// password never appears where the URL is shown: the key status (serve's
+// listening line, doctor), the last error, or the verifier's log.
+func TestJWKSURLCredentialsNotShown(t *testing.T) {
+	t.Parallel()
+	const password = "s3cr3t-jwks-password"
+	rs := newSigner(t, "rsa-1", "RS256")
+	is := newIssuer(t, rs)
+	u := strings.Replace(is.srv.URL, "http://", "http://reader:"+password+"@", 1)
+	var logs bytes.Buffer
+	v := newVerifier(t, is, newClock(), func(c *JWTConfig) {
+		c.JWKSURL = u
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	if st := v.Status(); st.Keys != 1 || strings.Contains(st.Source, password) {
+		t.Errorf("status %+v: want 1 key and no password in the source", st)
+	}
+	is.fail(http.StatusInternalServerError)
+	if err := v.keys.refresh(context.Background()); err == nil || strings.Contains(err.Error(), password) {
+		t.Errorf("refresh error %v: want an error without the password", err)
+	}
+	v.log.Warn("probe", "source", v.keys.source())
+	if st := v.Status(); st.LastErr == "" || strings.Contains(st.LastErr, password) || strings.Contains(st.Source, password) {
+		t.Errorf("status %+v shows the password", st)
+	}
+	if strings.Contains(logs.String(), password) {
+		t.Errorf("the log shows the password: %s", logs.String())
+	}
+}
+
+// TestJWKSURLQueryNotShown: a token in the jwks_url's query is not shown
+// either, including in the error of a fetch that could not connect.
+func TestJWKSURLQueryNotShown(t *testing.T) {
+	t.Parallel()
+	const token = "q-s3cr3t-jwks-token"
+	dead := httptest.NewServer(http.NotFoundHandler())
+	u := dead.URL + "/jwks?access_token=" + token
+	dead.Close()
+	var logs bytes.Buffer
+	v, err := NewJWTVerifier(context.Background(), JWTConfig{Issuer: testIssuer, Audience: testAudience, JWKSURL: u,
+		FetchTimeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := v.Status()
+	if st.LastErr == "" {
+		t.Fatal("fetching from a closed server did not fail")
+	}
+	if strings.Contains(st.LastErr, token) || strings.Contains(st.Source, token) || strings.Contains(logs.String(), token) {
+		t.Errorf("the query token is shown: status %+v, log %s", st, logs.String())
 	}
 }
