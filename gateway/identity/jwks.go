@@ -285,7 +285,8 @@ func usableKey(k jwk.Key) (publicKey, bool) {
 }
 
 // newJWKSClient is the HTTP client for the key set: bounded in time, at most
-// three redirects, never from https down to http.
+// three redirects, never from https down to http, each to a URL CheckJWKSURL
+// accepts and not to a link-local or unspecified address.
 func newJWKSClient(timeout time.Duration) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 2, 2
@@ -299,6 +300,15 @@ func newJWKSClient(timeout time.Duration) *http.Client {
 			}
 			if via[0].URL.Scheme == "https" && req.URL.Scheme != "https" {
 				return errors.New("redirect from https to http refused")
+			}
+			// The target must be a jwks_url the gateway would accept
+			// (http only to loopback), and not link-local (cloud
+			// metadata services live there).
+			if err := CheckJWKSURL(req.URL.String()); err != nil {
+				return fmt.Errorf("redirect to %s refused: %w", ShownURL(req.URL.String()), err)
+			}
+			if ip := net.ParseIP(req.URL.Hostname()); ip != nil && (ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified()) {
+				return fmt.Errorf("redirect to %s refused: a link-local or unspecified address", ShownURL(req.URL.String()))
 			}
 			return nil
 		},

@@ -651,3 +651,26 @@ func TestJWKSURLQueryNotShown(t *testing.T) {
 		t.Errorf("the query token is shown: status %+v, log %s", st, logs.String())
 	}
 }
+
+// TestJWKSRedirectHeldToTheURLRules: a redirect target must be a jwks_url
+// the gateway would accept itself: an http:// issuer on loopback (allowed)
+// cannot send the fetch to http:// elsewhere (keys in the clear from
+// anyone), nor to a link-local address (cloud metadata services).
+func TestJWKSRedirectHeldToTheURLRules(t *testing.T) {
+	t.Parallel()
+	for _, target := range []string{"http://192.0.2.1/jwks", "http://169.254.169.254/latest/meta-data/", "https://169.254.169.254/jwks", "https://[fe80::1]/jwks"} {
+		t.Run(target, func(t *testing.T) {
+			t.Parallel()
+			redir := httptest.NewServer(http.RedirectHandler(target, http.StatusFound))
+			t.Cleanup(redir.Close)
+			v, err := NewJWTVerifier(context.Background(), JWTConfig{Issuer: testIssuer, Audience: testAudience,
+				JWKSURL: redir.URL + "/jwks", FetchTimeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := v.Status(); !strings.Contains(st.LastErr, "redirect to") || !strings.Contains(st.LastErr, "refused") {
+				t.Errorf("fetch through a redirect to %s: last error %q, want the redirect refused", target, st.LastErr)
+			}
+		})
+	}
+}
