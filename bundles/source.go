@@ -93,6 +93,7 @@ type HTTPOptions struct {
 // unchanged bundle costs a 304.
 type HTTPSource struct {
 	url   string
+	shown string // url without its query (String)
 	opts  HTTPOptions
 	mu    sync.Mutex
 	etag  string
@@ -110,7 +111,7 @@ func NewHTTPSource(raw string, opts HTTPOptions) (*HTTPSource, error) {
 		return nil, fmt.Errorf("policy bundle URL: credentials in the URL are not allowed; use policy.bearer_token_file")
 	}
 	if opts.BearerTokenFile != "" && u.Scheme == "http" && !isLoopback(u.Hostname()) {
-		return nil, fmt.Errorf("policy bundle URL %s: a bearer token is only sent over https (or to loopback)", raw)
+		return nil, fmt.Errorf("policy bundle URL %s://%s%s: a bearer token is only sent over https (or to loopback)", u.Scheme, u.Host, u.Path)
 	}
 	if opts.Client == nil {
 		timeout := opts.Timeout
@@ -123,7 +124,12 @@ func NewHTTPSource(raw string, opts HTTPOptions) (*HTTPSource, error) {
 	c := *opts.Client
 	c.CheckRedirect = checkRedirect(opts.Client.CheckRedirect)
 	opts.Client = &c
-	return &HTTPSource{url: raw, opts: opts}, nil
+	shown := *u
+	if shown.RawQuery != "" {
+		shown.RawQuery = "REDACTED"
+	}
+	shown.Fragment, shown.RawFragment = "", ""
+	return &HTTPSource{url: raw, shown: shown.String(), opts: opts}, nil
 }
 
 // maxRedirects bounds the redirects one fetch follows.
@@ -169,7 +175,10 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func (h *HTTPSource) String() string { return h.url }
+// String names the source for logs, the policy status and the evidence's
+// activation events: the URL without its query, which may be a credential
+// (a presigned object-store URL).
+func (h *HTTPSource) String() string { return h.shown }
 
 // Fetch GETs the bundle. The ETag of a 200 is remembered only once the
 // bundle is committed (see Commit), so a bundle refused at activation is
@@ -195,6 +204,11 @@ func (h *HTTPSource) Fetch(ctx context.Context) (fs.FS, error) {
 	}
 	resp, err := h.opts.Client.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			// url.Error shows the whole URL, query included.
+			return nil, fmt.Errorf("fetch bundle %s: %w", h.shown, ue.Err)
+		}
 		return nil, fmt.Errorf("fetch bundle: %w", err)
 	}
 	defer resp.Body.Close()
@@ -204,14 +218,14 @@ func (h *HTTPSource) Fetch(ctx context.Context) (fs.FS, error) {
 	case http.StatusOK:
 	default:
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("fetch bundle %s: HTTP %d", h.url, resp.StatusCode)
+		return nil, fmt.Errorf("fetch bundle %s: HTTP %d", h.shown, resp.StatusCode)
 	}
 	if resp.ContentLength > MaxArchiveBytes {
 		return nil, fmt.Errorf("fetch bundle: %d bytes exceeds %d", resp.ContentLength, MaxArchiveBytes)
 	}
 	fsys, err := ReadArchive(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("fetch bundle %s: %w", h.url, err)
+		return nil, fmt.Errorf("fetch bundle %s: %w", h.shown, err)
 	}
 	h.mu.Lock()
 	h.cands = resp.Header.Get("ETag")
