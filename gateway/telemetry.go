@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 	"github.com/portcullis/portcullis/evidence"
@@ -66,14 +67,30 @@ func markError(c echo.Context, code wire.Code) {
 // mcp.session.id (when the session is known) and jsonrpc.request.id (for a
 // request; a notification has none). The MCP endpoint calls it once per
 // message, whatever serves the protocol.
+// maxSpanText bounds a client-chosen string set as a span attribute, in
+// bytes: the rest is cut (on a character boundary) and marked with "…".
+const maxSpanText = 256
+
+// spanText is s within maxSpanText.
+func spanText(s string) string {
+	if len(s) <= maxSpanText {
+		return s
+	}
+	cut := maxSpanText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
 func annotateMCP(ctx context.Context, method, sessionID string, requestID json.RawMessage) {
 	span := trace.SpanFromContext(ctx)
-	attrs := []attribute.KeyValue{attribute.String("mcp.method.name", method)}
+	attrs := []attribute.KeyValue{attribute.String("mcp.method.name", spanText(method))}
 	if sessionID != "" {
 		attrs = append(attrs, attribute.String("mcp.session.id", sessionID))
 	}
 	if id := rpcIDText(requestID); id != "" {
-		attrs = append(attrs, attribute.String("jsonrpc.request.id", id))
+		attrs = append(attrs, attribute.String("jsonrpc.request.id", spanText(id)))
 	}
 	span.SetAttributes(attrs...)
 }

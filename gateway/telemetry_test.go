@@ -164,6 +164,10 @@ func TestAnnotateMCP(t *testing.T) {
 		{"initialize", "", `1`, map[attribute.Key]string{"mcp.method.name": "initialize"}, []attribute.Key{"mcp.session.id"}},
 		{"notifications/initialized", "s", ``, map[attribute.Key]string{"mcp.method.name": "notifications/initialized"}, []attribute.Key{"jsonrpc.request.id"}},
 		{"ping", "s", `null`, nil, []attribute.Key{"jsonrpc.request.id"}},
+		// Client-chosen strings are bounded on the span: a megabyte
+		// method name or id is not exported to the tracing backend whole.
+		{strings.Repeat("m", 1<<20), "s", `"` + strings.Repeat("i", 1<<20) + `"`, map[attribute.Key]string{
+			"mcp.method.name": strings.Repeat("m", maxSpanText) + "…", "jsonrpc.request.id": strings.Repeat("i", maxSpanText) + "…"}, nil},
 	}
 	for _, tc := range cases {
 		rec := tracetest.NewSpanRecorder()
@@ -174,7 +178,7 @@ func TestAnnotateMCP(t *testing.T) {
 		got := spanAttrs(rec.Ended()[0])
 		for k, v := range tc.want {
 			if got[k] != v {
-				t.Errorf("%s: %s = %q, want %q", tc.method, k, got[k], v)
+				t.Errorf("%.40s: %s = %.60q (%d bytes), want %.60q (%d bytes)", tc.method, k, got[k], len(got[k]), v, len(v))
 			}
 		}
 		for _, k := range tc.absent {
