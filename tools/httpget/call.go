@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -461,6 +462,17 @@ func (t *Tool) fetch(ctx context.Context, tg target, addr netip.AddrPort, header
 	client := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := client.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			// url.Error names the whole URL; its query may hold the
+			// caller's credential, and this cause is logged.
+			shown := *tg.url
+			if shown.RawQuery != "" {
+				shown.RawQuery = "REDACTED"
+			}
+			shown.Fragment, shown.RawFragment = "", ""
+			return nil, fmt.Errorf("httpget: GET %s: %w", shown.Redacted(), ue.Err)
+		}
 		return nil, fmt.Errorf("httpget: %w", err)
 	}
 	return resp, nil

@@ -578,3 +578,26 @@ func TestFailureCausesStayInside(t *testing.T) {
 		t.Errorf("resolve failure: %+v", we)
 	}
 }
+
+// TestFailureCauseWithoutQuery: the cause wrapped for the log does not
+// carry the URL's query, which the caller may have put a credential in
+// (?sig=..., ?api_key=...): Go's url.Error names the whole URL, and the
+// log is not redacted like evidence.
+func TestFailureCauseWithoutQuery(t *testing.T) {
+	t.Parallel()
+	const secret = "q8Zr-not-for-the-log"
+	ln := server(t, false)
+	p := port(t, ln)
+	ln.Close()
+	tool := New(Options{Resolver: newResolver()})
+	_, out, _, _ := run(t, tool, allow("allowlist", "svc.test:"+p, "127.0.0.0/8:"+p), map[string]any{"url": "http://svc.test:" + p + "/x?sig=" + secret})
+	if out.Error == nil || out.Error.Err == nil {
+		t.Fatalf("want a failure with a wrapped cause, got %+v", out)
+	}
+	if strings.Contains(out.Error.Err.Error(), secret) {
+		t.Errorf("the logged cause carries the query: %v", out.Error.Err)
+	}
+	if !strings.Contains(out.Error.Err.Error(), "connection refused") {
+		t.Errorf("the logged cause lost what failed: %v", out.Error.Err)
+	}
+}
