@@ -54,17 +54,7 @@ func TestMCPStreamEndsWhenCredentialExpires(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			sid := mcpInit(t, ts.URL, tc.tok)
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a bound, not an assertion
-			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/mcp", nil)
-			req.Header.Set("Authorization", "Bearer "+tc.tok)
-			req.Header.Set("Accept", "text/event-stream")
-			req.Header.Set(headerMCPSession, sid)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
+			resp := mcpOpenStream(t, ts.URL, tc.tok, sid)
 			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("GET /mcp: %d", resp.StatusCode)
 			}
@@ -129,18 +119,7 @@ func TestMCPOneStreamPerSession(t *testing.T) {
 		Keys: []Key{{SHA256: sha256.Sum256([]byte(agentKey)), Principal: wire.Principal{ID: "agent-1", Roles: []string{wire.RoleAgent}}}},
 	})
 	sid := mcpInit(t, ts.URL, agentKey)
-	get := func() *http.Response {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, ts.URL+"/mcp", nil)
-		req.Header.Set("Authorization", "Bearer "+agentKey)
-		req.Header.Set("Accept", "text/event-stream")
-		req.Header.Set(headerMCPSession, sid)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = resp.Body.Close() })
-		return resp
-	}
+	get := func() *http.Response { return mcpOpenStream(t, ts.URL, agentKey, sid) }
 	first := get()
 	if first.StatusCode != http.StatusOK {
 		t.Fatalf("first stream: %d", first.StatusCode)

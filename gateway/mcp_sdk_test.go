@@ -210,17 +210,7 @@ func TestMCPStreamsEndAtShutdown(t *testing.T) {
 	})
 	sid := mcpInit(t, ts.URL, agentKey)
 
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a bound, not an assertion
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/mcp", nil)
-	req.Header.Set("Authorization", "Bearer "+agentKey)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set(headerMCPSession, sid)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := mcpOpenStream(t, ts.URL, agentKey, sid)
 	first := make([]byte, 5)
 	if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != ": ok\n" {
 		t.Fatalf("stream start %q %v", first, err)
@@ -345,17 +335,7 @@ func TestMCPToolsListChangedBeforeStream(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a bound, not an assertion
-	defer cancel()
-	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/mcp", nil)
-	req.Header.Set("Authorization", "Bearer "+agentKey)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set(headerMCPSession, sid)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp = mcpOpenStream(t, ts.URL, agentKey, sid)
 	sc := bufio.NewScanner(resp.Body)
 	got := ""
 	for got == "" && sc.Scan() {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/portcullis/portcullis/evidence"
 	"github.com/portcullis/portcullis/tools"
@@ -92,6 +93,24 @@ func mcpStream(t *testing.T, base, key, session string) (int, string) {
 	}
 	defer resp.Body.Close()
 	return resp.StatusCode, resp.Header.Get("Content-Type")
+}
+
+// mcpOpenStream opens session's GET stream as key (bearer), bounded by a
+// minute (a bound, not an assertion); the body is closed when the test ends.
+func mcpOpenStream(t *testing.T, base, key, session string) *http.Response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/mcp", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set(headerMCPSession, session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	return resp
 }
 
 func mcpInit(t *testing.T, base, key string) string {
